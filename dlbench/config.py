@@ -1,0 +1,169 @@
+"""Structured configuration: dataclasses registered in Hydra's ConfigStore, validated when converted.
+
+Only light imports here (dataclasses, omegaconf, hydra's ConfigStore), so ``--help`` and config errors
+are instant. A misspelt key fails at compose time because every node is a structured config.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from omegaconf import MISSING
+
+TASKS = ("run", "list", "extract", "benchmark_model", "evaluate", "compare")
+DEVICES = ("cpu", "cuda", "auto")
+DTYPES = ("float32", "float16", "bfloat16")
+BENCHMARK_KINDS = ("operator", "training", "roofline")
+
+
+@dataclass
+class MeasureConfig:
+    """How each operation is timed: warm-up, then repeat until both minima are met (capped)."""
+
+    warmup: int = 3
+    min_reps: int = 10
+    max_reps: int = 1000
+    min_time_s: float = 0.2
+
+    def __post_init__(self) -> None:
+        if self.warmup < 0:
+            raise ValueError(f"measure.warmup must be >= 0, got {self.warmup}")
+        if self.min_reps < 1:
+            raise ValueError(f"measure.min_reps must be >= 1, got {self.min_reps}")
+        if self.max_reps < self.min_reps:
+            raise ValueError(f"measure.max_reps ({self.max_reps}) is below measure.min_reps ({self.min_reps})")
+        if self.min_time_s < 0:
+            raise ValueError(f"measure.min_time_s must be >= 0, got {self.min_time_s}")
+
+
+@dataclass
+class MlflowConfig:
+    """Where runs go. Empty values fall back to MLFLOW_TRACKING_URI / MLFLOW_EXPERIMENT_NAME, then to
+    ``sqlite:///mlflow.db`` in the directory dlbench was started from and the experiment ``dlbench``."""
+
+    tracking_uri: str = ""
+    experiment: str = ""
+    run_name: str = ""
+    connect_timeout_s: float = 10.0
+
+
+@dataclass
+class ProfileConfig:
+    """Which training batches the instrumentation profiles: skip ``warmup``, then profile ``batches``."""
+
+    warmup: int = 5
+    batches: int = 3
+
+
+@dataclass
+class BenchmarkConfig:
+    """A workload. ``kind`` says which fields matter (validated here, not by subclassing: hydra#1722).
+
+    operator: ``op_type`` (matched against registry synonyms) and ``operations``, a list of parameter
+    maps by descriptor, each merged over ``common``. training: ``training`` names a training-benchmark
+    registry entry. roofline: no extra fields.
+    """
+
+    name: str = MISSING
+    kind: str = "operator"
+    op_type: str = ""
+    description: str = ""
+    common: dict[str, Any] = field(default_factory=dict)
+    operations: list[Any] = field(default_factory=list)
+    training: str = ""
+    model_name: str = ""
+
+    def __post_init__(self) -> None:
+        if self.kind not in BENCHMARK_KINDS:
+            raise ValueError(f"benchmark.kind={self.kind!r}: use one of {', '.join(BENCHMARK_KINDS)}")
+        if self.kind == "operator":
+            if not self.op_type:
+                raise ValueError(f"benchmark {self.name!r}: an operator benchmark needs benchmark.op_type")
+            if not self.operations:
+                raise ValueError(f"benchmark {self.name!r}: benchmark.operations is empty")
+            for i, op in enumerate(self.operations):
+                if not isinstance(op, dict):
+                    raise ValueError(
+                        f"benchmark {self.name!r}: operations[{i}] must be a map of descriptor: value"
+                    )
+        if self.kind == "training" and not self.training:
+            raise ValueError(f"benchmark {self.name!r}: a training benchmark needs benchmark.training")
+
+
+@dataclass
+class RegistryEntry:
+    """One operator benchmark implementation, one YAML file under ``registry/`` on the config path.
+
+    ``exe`` is a path or an argument list (never a shell string); relative paths resolve against the
+    project root, and a first element ``python`` means the interpreter running dlbench. ``param_descr``
+    is the parameter order the executable expects (a list, or the original comma-separated string).
+    ``permutation`` holds strategies like ``ab,bc -> abc00`` that map input shapes to parameters.
+    """
+
+    name: str = MISSING
+    synonyms: list[str] = field(default_factory=list)
+    exe: Any = MISSING
+    param_descr: Any = MISSING
+    permutation: list[str] = field(default_factory=list)
+    backend: str = "custom"
+    device: Any = "cpu"
+    description: str = ""
+
+
+@dataclass
+class TrainingEntry:
+    """A training benchmark script: the original fields ``name``, ``exe``, ``parameters``."""
+
+    name: str = MISSING
+    exe: Any = MISSING
+    parameters: str = ""
+    model: str = ""
+    description: str = ""
+
+
+@dataclass
+class DlbenchConfig:
+    """The top-level node: task, hyperparameters, measurement and tracking settings."""
+
+    task: str = "run"
+    batch_size: int = 8
+    dtype: str = "float32"
+    threads: int = 0
+    device: str = "cpu"
+    backend: str = "torch"
+    timeout: float = 600.0
+    steps: int = 30
+    lr: float = 0.05
+    model: str = ""
+    output_dir: str = ""
+    quiet: bool = False
+    measure: MeasureConfig = field(default_factory=MeasureConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
+    mlflow: MlflowConfig = field(default_factory=MlflowConfig)
+    benchmark: BenchmarkConfig | None = None
+
+    def __post_init__(self) -> None:
+        if self.task not in TASKS:
+            raise ValueError(f"task={self.task!r}: use one of {', '.join(TASKS)}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device={self.device!r}: use one of {', '.join(DEVICES)}")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"dtype={self.dtype!r}: use one of {', '.join(DTYPES)}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.threads < 0:
+            raise ValueError(f"threads must be >= 0 (0: all cores), got {self.threads}")
+        if self.timeout <= 0:
+            raise ValueError(f"timeout must be > 0 seconds, got {self.timeout}")
+        if self.task == "run" and self.benchmark is None:
+            raise ValueError("nothing to run: choose a benchmark, e.g. `python -m dlbench +benchmark=conv`")
+
+
+def register_configs() -> None:
+    """Register the schemas with Hydra's ConfigStore (called by the entry point before composing)."""
+    from hydra.core.config_store import ConfigStore
+
+    store = ConfigStore.instance()
+    store.store(name="dlbench_schema", node=DlbenchConfig)
+    store.store(group="benchmark", name="benchmark_schema", node=BenchmarkConfig, package="benchmark")

@@ -1,0 +1,290 @@
+"""The executable CSV protocol of operator benchmarks: write the input, run the program, parse its output.
+
+Input: ``<name>.csv`` with one row ``id, p1, p2, ...`` per operation and no header. The program gets the
+path as its last argument and writes ``<input stem>_out.csv`` beside it: an optional header ``id, <unit>``
+(unit one of s, ms, us, ns; ms when there is no header or the column is called ``time``), optionally more
+named statistic columns in the same unit (``min, max, mean, std, iqr``) and ``reps``, then one
+``id, time[, ...]`` row per operation. Measurement settings reach the program through environment
+variables (see :data:`ENV_VARS`), so the command line stays exactly the original one.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import signal
+import subprocess
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlbench.model import TIME_UNITS_TO_MS, Number, TimeStats
+
+#: Environment variables an executable may read. Unset means "use your own default".
+ENV_VARS = {
+    "DLBENCH_WARMUP": "warm-up repetitions before timing",
+    "DLBENCH_MIN_REPS": "minimum timed repetitions",
+    "DLBENCH_MAX_REPS": "maximum timed repetitions",
+    "DLBENCH_MIN_TIME_S": "keep repeating until this many seconds were timed",
+    "DLBENCH_THREADS": "CPU threads (0: the library's default)",
+    "DLBENCH_DEVICE": "cpu or cuda",
+    "DLBENCH_DTYPE": "float32, float16 or bfloat16",
+    "DLBENCH_VERIFY": "1: compare small problems with a reference and exit non-zero on mismatch",
+}
+
+STAT_COLUMNS = ("min", "max", "mean", "std", "iqr")
+MAX_OUTPUT_BYTES = 64 * 1024 * 1024
+STDERR_KEEP_BYTES = 256 * 1024
+
+
+class ProtocolError(ValueError):
+    """An output file that does not follow the protocol; the message names the file and the row."""
+
+
+def output_path_for(input_path: Path) -> Path:
+    return input_path.with_name(f"{input_path.stem}_out.csv")
+
+
+def format_value(value: Number) -> str:
+    if isinstance(value, bool):
+        return str(int(value))
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return str(int(value))
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def write_input(path: Path, rows: Iterable[tuple[int, Sequence[Number]]]) -> Path:
+    """Write ``id, p1, p2, ...`` rows (no header) to ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [",".join([str(op_id), *(format_value(v) for v in values)]) for op_id, values in rows]
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def read_input(path: Path) -> list[tuple[int, list[float]]]:
+    """Parse an input CSV, as an executable sees it (used by the embedded backends and tests)."""
+    rows: list[tuple[int, list[float]]] = []
+    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+        if not line.strip():
+            continue
+        fields = [f.strip() for f in line.split(",")]
+        try:
+            rows.append((int(fields[0]), [float(f) for f in fields[1:]]))
+        except ValueError as err:
+            raise ProtocolError(f"{path}:{lineno}: not a row of numbers: {line[:200]!r}") from err
+    return rows
+
+
+@dataclass(frozen=True)
+class OutputRow:
+    op_id: int
+    stats: TimeStats
+
+
+@dataclass(frozen=True)
+class ParsedOutput:
+    """Rows that parsed, by id, and one message per row that did not (naming file and line)."""
+
+    unit: str
+    rows: Mapping[int, TimeStats]
+    problems: Sequence[str]
+
+
+def _number(text: str) -> float:
+    value = float(text)
+    return value
+
+
+def parse_output(path: Path, expected_ids: Iterable[int] | None = None) -> ParsedOutput:
+    """Parse ``<stem>_out.csv``. Rows that do not parse are reported, not fatal, so good rows survive.
+
+    Raises :class:`ProtocolError` when the file as a whole is unusable (missing, too big, not text, empty).
+    """
+    if not path.exists():
+        raise ProtocolError(f"{path}: the benchmark wrote no output file")
+    size = path.stat().st_size
+    if size > MAX_OUTPUT_BYTES:
+        raise ProtocolError(f"{path}: output is {size} bytes, over the {MAX_OUTPUT_BYTES}-byte limit")
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        raise ProtocolError(f"{path}: not UTF-8 text (byte {err.start}: {raw[err.start:err.start + 8]!r})") from err
+    lines = text.splitlines()
+    problems: list[str] = []
+    unit = "ms"
+    columns = ["id", "time"]
+    first_data = 0
+    content = [(i, line) for i, line in enumerate(lines, start=1) if line.strip()]
+    if not content:
+        raise ProtocolError(f"{path}: output file is empty")
+    head_lineno, head = content[0]
+    head_fields = [f.strip().lower() for f in head.split(",")]
+    if head_fields[0] == "id":
+        first_data = 1
+        if len(head_fields) < 2:
+            raise ProtocolError(f"{path}:{head_lineno}: header {head!r} names no time column")
+        unit_field = head_fields[1] or "ms"
+        unit = "ms" if unit_field == "time" else unit_field
+        if unit not in TIME_UNITS_TO_MS:
+            raise ProtocolError(
+                f"{path}:{head_lineno}: unknown time unit {head_fields[1]!r}; use one of "
+                f"{', '.join(TIME_UNITS_TO_MS)}"
+            )
+        columns = ["id", "time", *head_fields[2:]]
+    factor = TIME_UNITS_TO_MS[unit]
+    expected = set(expected_ids) if expected_ids is not None else None
+    rows: dict[int, TimeStats] = {}
+    data = content[first_data:]
+    if not data:
+        raise ProtocolError(f"{path}: output has a header but no rows")
+    for lineno, line in data:
+        where = f"{path}:{lineno}"
+        fields = [f.strip() for f in line.split(",")]
+        if first_data and len(fields) != len(columns):
+            problems.append(f"{where}: {len(fields)} columns, the header has {len(columns)}: {line[:200]!r}")
+            continue
+        if not first_data and len(fields) != 2:
+            problems.append(f"{where}: expected 'id, time', got {len(fields)} columns: {line[:200]!r}")
+            continue
+        try:
+            op_id = int(fields[0])
+        except ValueError:
+            problems.append(f"{where}: id {fields[0][:50]!r} is not an integer")
+            continue
+        try:
+            values = {name: _number(v) for name, v in zip(columns[1:], fields[1:], strict=True)}
+        except ValueError:
+            problems.append(f"{where}: id {op_id}: a time is not a number: {line[:200]!r}")
+            continue
+        time_value = values["time"]
+        if not math.isfinite(time_value) or time_value <= 0:
+            problems.append(f"{where}: id {op_id}: time {fields[1]!r} is not a finite positive number")
+            continue
+        if expected is not None and op_id not in expected:
+            problems.append(f"{where}: id {op_id} was never asked for")
+            continue
+        if op_id in rows:
+            problems.append(f"{where}: id {op_id} appears more than once; the first row is kept")
+            continue
+        median = time_value * factor
+
+        def stat(name: str, fallback: float, value_map: dict[str, float] = values) -> float:
+            v = value_map.get(name)
+            return v * factor if v is not None and math.isfinite(v) and v >= 0 else fallback
+
+        reps_value = values.get("reps")
+        reps = int(reps_value) if reps_value is not None and math.isfinite(reps_value) else 1
+        rows[op_id] = TimeStats(
+            median_ms=median,
+            min_ms=stat("min", median),
+            max_ms=stat("max", median),
+            mean_ms=stat("mean", median),
+            std_ms=stat("std", 0.0),
+            iqr_ms=stat("iqr", 0.0),
+            reps=max(reps, 1),
+        )
+    return ParsedOutput(unit=unit, rows=rows, problems=problems)
+
+
+def write_output(path: Path, rows: Iterable[tuple[int, TimeStats]], unit: str = "ms") -> None:
+    """Write an output file with the extended statistic columns (what the embedded backends produce)."""
+    factor = TIME_UNITS_TO_MS[unit]
+    with path.open("w", encoding="utf-8") as handle:
+        handle.write(f"id,{unit},min,max,mean,std,iqr,reps\n")
+        for op_id, s in rows:
+            values = [s.median_ms, s.min_ms, s.max_ms, s.mean_ms, s.std_ms, s.iqr_ms]
+            handle.write(",".join([str(op_id), *(repr(v / factor) for v in values), str(s.reps)]) + "\n")
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    returncode: int | None
+    timed_out: bool
+    stdout: str
+    stderr: str
+    seconds: float
+
+    def describe_failure(self) -> str:
+        if self.timed_out:
+            return f"timed out after {self.seconds:.1f} s and was killed"
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = f"signal {-self.returncode}"
+            return f"was killed by {name}"
+        if self.returncode:
+            return f"exited with status {self.returncode}"
+        return ""
+
+
+def _tail(data: bytes, keep: int = STDERR_KEEP_BYTES) -> str:
+    if len(data) > keep:
+        dropped = len(data) - keep
+        data = data[-keep:]
+        return f"[... {dropped} earlier bytes dropped ...]\n" + data.decode("utf-8", "replace")
+    return data.decode("utf-8", "replace")
+
+
+def run_command(
+    command: Sequence[str],
+    *,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    stderr_path: Path | None = None,
+) -> ProcessResult:
+    """Run an argument list in its own process group; on timeout or interrupt kill the whole group.
+
+    stdout and stderr go to files (not pipes), so a program that floods them can neither block nor
+    exhaust memory; only the tail of each is kept.
+    """
+    import tempfile
+
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+            list(command), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=full_env, cwd=cwd,
+            start_new_session=True,
+        )
+        timed_out = False
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            kill_process_group(proc)
+        except BaseException:
+            kill_process_group(proc)
+            raise
+        seconds = time.perf_counter() - start
+        out.seek(0)
+        err.seek(0)
+        stdout = _tail(out.read())
+        stderr_bytes = err.read()
+        if stderr_path is not None:
+            stderr_path.write_text(_tail(stderr_bytes), encoding="utf-8")
+    return ProcessResult(
+        returncode=proc.returncode, timed_out=timed_out, stdout=stdout, stderr=_tail(stderr_bytes), seconds=seconds
+    )
+
+
+def kill_process_group(proc: subprocess.Popen, grace: float = 2.0) -> None:
+    """SIGTERM the child's process group, then SIGKILL what is left after ``grace`` seconds."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
