@@ -1,0 +1,69 @@
+// The dlbench executable protocol for native benchmarks: settings from DLBENCH_* variables, input rows
+// `id,p1,p2,...`, output `<stem>_out.csv` with `id,ms,min,max,mean,std,iqr,reps`, per-row error reports.
+#pragma once
+
+#include "error.hpp"
+#include "timing.hpp"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace dlbench {
+
+struct Settings {
+    int warmup = 3;
+    int min_reps = 10;
+    int max_reps = 1000;
+    double min_time_s = 0.2;
+    int threads = 0; // 0: the library's default
+    std::string device = "cpu";
+    std::string dtype = "float32";
+    bool verify = false;
+
+    // Read DLBENCH_* variables; a malformed value is a FatalError(kExitUsage) naming the variable.
+    static Settings from_env();
+};
+
+struct InputRow {
+    long long id = 0;
+    std::vector<double> values;
+    int line = 0;
+};
+
+// Parse the input CSV. Unreadable file: FatalError(kExitInputUnreadable). A line that is not numbers is
+// reported on stderr (with its id when the id parses) and skipped.
+std::vector<InputRow> read_input(const std::string &path, const std::string &program);
+
+// `<dir>/<stem>_out.csv` for `<dir>/<stem>.csv`.
+std::string output_path_for(const std::string &input_path);
+
+// A row's parameters by descriptor name; accessors throw RowError naming the parameter.
+class Params {
+public:
+    Params(const std::vector<std::string> &names, const std::vector<double> &values);
+    std::int64_t integer(const std::string &name) const; // must be integral
+    std::int64_t positive(const std::string &name) const; // integral and >= 1
+    std::int64_t non_negative(const std::string &name) const;
+    double real(const std::string &name) const;
+
+private:
+    double lookup(const std::string &name) const;
+    const std::vector<std::string> &names_;
+    const std::vector<double> &values_;
+};
+
+// What a benchmark executable is: its parameter descriptors and three hooks.
+struct KernelSpec {
+    std::string name;                      // used in messages, e.g. "onednn_conv"
+    std::vector<std::string> param_names;  // the canonical descriptors, in order
+    std::function<void(const Settings &)> setup;     // threads, device check; may throw FatalError
+    std::function<bool(const Settings &)> verify;    // small problems vs a naive reference
+    std::function<TimeStats(const Params &, const Settings &)> measure; // may throw RowError
+};
+
+// The whole program: `exe [--verify] [input.csv]`. Returns the process exit code.
+int run_benchmark_main(int argc, char **argv, const KernelSpec &spec);
+
+} // namespace dlbench
