@@ -84,9 +84,7 @@ class BenchmarkConfig:
                 raise ValueError(f"benchmark {self.name!r}: benchmark.operations is empty")
             for i, op in enumerate(self.operations):
                 if not isinstance(op, dict):
-                    raise ValueError(
-                        f"benchmark {self.name!r}: operations[{i}] must be a map of descriptor: value"
-                    )
+                    raise ValueError(f"benchmark {self.name!r}: operations[{i}] must be a map of descriptor: value")
         if self.kind == "training" and not self.training:
             raise ValueError(f"benchmark {self.name!r}: a training benchmark needs benchmark.training")
 
@@ -160,10 +158,20 @@ class DlbenchConfig:
             raise ValueError("nothing to run: choose a benchmark, e.g. `python -m dlbench +benchmark=conv`")
 
 
+def register_resolvers() -> None:
+    """``${mul:a,b}`` for shapes derived from the batch size (e.g. tokens = batch x sequence)."""
+    import math
+
+    from omegaconf import OmegaConf
+
+    if not OmegaConf.has_resolver("mul"):
+        OmegaConf.register_new_resolver("mul", lambda *factors: math.prod(int(f) for f in factors))
+
+
 def register_configs() -> None:
     """Register the schemas with Hydra's ConfigStore (called by the entry point before composing)."""
     from hydra.core.config_store import ConfigStore
 
+    register_resolvers()
     store = ConfigStore.instance()
     store.store(name="dlbench_schema", node=DlbenchConfig)
-    store.store(group="benchmark", name="benchmark_schema", node=BenchmarkConfig, package="benchmark")

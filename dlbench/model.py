@@ -121,6 +121,7 @@ class SweepResult:
     measurements: Mapping[int, Measurement]
     run_error: str = ""
     stderr: str = ""
+    interrupted: bool = False
     extra: Mapping[str, Any] = field(default_factory=dict)
 
     @property

@@ -97,9 +97,7 @@ def operation_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int = 4) 
         if op_type in ("MaxPool", "AveragePool"):
             out_h, out_w = conv_output_hw(p)
             outs = int(p["N"]) * int(p["C"]) * out_h * out_w
-            return float(outs * p["kernel_shape_0"] * p["kernel_shape_1"]), dtype_bytes * float(
-                _elements(p) + outs
-            )
+            return float(outs * p["kernel_shape_0"] * p["kernel_shape_1"]), dtype_bytes * float(_elements(p) + outs)
         if op_type in ("Softmax", "LayerNormalization"):
             e = _elements(p)
             return float(5 * e if op_type == "Softmax" else 8 * e), dtype_bytes * float(2 * e)

@@ -14,10 +14,12 @@ import math
 import os
 import signal
 import subprocess
+import tempfile
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
 from dlbench.model import TIME_UNITS_TO_MS, Number, TimeStats
 
@@ -110,7 +112,7 @@ def parse_output(path: Path, expected_ids: Iterable[int] | None = None) -> Parse
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ProtocolError(f"{path}: not UTF-8 text (byte {err.start}: {raw[err.start:err.start + 8]!r})") from err
+        raise ProtocolError(f"{path}: not UTF-8 text (byte {err.start}: {raw[err.start : err.start + 8]!r})") from err
     lines = text.splitlines()
     problems: list[str] = []
     unit = "ms"
@@ -129,8 +131,7 @@ def parse_output(path: Path, expected_ids: Iterable[int] | None = None) -> Parse
         unit = "ms" if unit_field == "time" else unit_field
         if unit not in TIME_UNITS_TO_MS:
             raise ProtocolError(
-                f"{path}:{head_lineno}: unknown time unit {head_fields[1]!r}; use one of "
-                f"{', '.join(TIME_UNITS_TO_MS)}"
+                f"{path}:{head_lineno}: unknown time unit {head_fields[1]!r}; use one of {', '.join(TIME_UNITS_TO_MS)}"
             )
         columns = ["id", "time", *head_fields[2:]]
     factor = TIME_UNITS_TO_MS[unit]
@@ -220,12 +221,12 @@ class ProcessResult:
         return ""
 
 
-def _tail(data: bytes, keep: int = STDERR_KEEP_BYTES) -> str:
-    if len(data) > keep:
-        dropped = len(data) - keep
-        data = data[-keep:]
-        return f"[... {dropped} earlier bytes dropped ...]\n" + data.decode("utf-8", "replace")
-    return data.decode("utf-8", "replace")
+def _read_tail(handle: IO[bytes], keep: int = STDERR_KEEP_BYTES) -> str:
+    """The last ``keep`` bytes of a file, without reading a flood of output into memory."""
+    size = handle.seek(0, os.SEEK_END)
+    handle.seek(max(0, size - keep))
+    text = handle.read().decode("utf-8", "replace")
+    return f"[... {size - keep} earlier bytes dropped ...]\n{text}" if size > keep else text
 
 
 def run_command(
@@ -235,42 +236,52 @@ def run_command(
     env: Mapping[str, str] | None = None,
     cwd: Path | None = None,
     stderr_path: Path | None = None,
+    on_poll: Callable[[], None] | None = None,
+    poll_interval_s: float = 0.25,
 ) -> ProcessResult:
     """Run an argument list in its own process group; on timeout or interrupt kill the whole group.
 
     stdout and stderr go to files (not pipes), so a program that floods them can neither block nor
-    exhaust memory; only the tail of each is kept.
+    exhaust memory; only the tail of each is kept (and written to ``stderr_path``, even on interrupt).
     """
-    import tempfile
-
     full_env = dict(os.environ)
     if env:
         full_env.update(env)
     start = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
-            list(command), stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=full_env, cwd=cwd,
+            list(command),
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            cwd=cwd,
             start_new_session=True,
         )
         timed_out = False
+        deadline = start + timeout
         try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            kill_process_group(proc)
+            while True:
+                try:
+                    proc.wait(timeout=max(0.0, min(poll_interval_s, deadline - time.perf_counter())))
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.perf_counter() >= deadline:
+                        timed_out = True
+                        kill_process_group(proc)
+                        break
+                    if on_poll is not None:
+                        on_poll()
         except BaseException:
             kill_process_group(proc)
             raise
+        finally:
+            stderr = _read_tail(err)
+            if stderr_path is not None:
+                stderr_path.write_text(stderr, encoding="utf-8")
         seconds = time.perf_counter() - start
-        out.seek(0)
-        err.seek(0)
-        stdout = _tail(out.read())
-        stderr_bytes = err.read()
-        if stderr_path is not None:
-            stderr_path.write_text(_tail(stderr_bytes), encoding="utf-8")
-    return ProcessResult(
-        returncode=proc.returncode, timed_out=timed_out, stdout=stdout, stderr=_tail(stderr_bytes), seconds=seconds
-    )
+        stdout = _read_tail(out)
+    return ProcessResult(returncode=proc.returncode, timed_out=timed_out, stdout=stdout, stderr=stderr, seconds=seconds)
 
 
 def kill_process_group(proc: subprocess.Popen, grace: float = 2.0) -> None:

@@ -1,0 +1,1 @@
+"""Embedded operator benchmark implementations, each an executable that obeys the CSV protocol."""

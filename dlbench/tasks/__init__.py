@@ -1,0 +1,1 @@
+"""One module per task; each exposes ``run(cfg: DlbenchConfig, ctx: AppContext) -> int``."""
