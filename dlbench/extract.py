@@ -1,0 +1,667 @@
+"""ONNX model -> operations: check the model, infer every tensor's shape at a batch size, and describe each
+node by the original tool's parameter descriptors (``?`` and flattened attributes for unknown operators)."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlbench.model import Number, Operation
+from dlbench.ops import DESCRIPTORS, operation_cost
+
+log = logging.getLogger(__name__)
+
+Shape = tuple[int, ...]
+Params = tuple[tuple[str, Number], ...]
+
+#: Tensor attributes with at most this many elements are flattened into parameters (``value_0``, ...).
+MAX_FLATTENED_TENSOR = 16
+
+
+class ExtractionError(ValueError):
+    """A model that cannot be extracted; the message names the file and, where it applies, the node."""
+
+
+@dataclass(frozen=True)
+class NodeRecord:
+    """One extracted ONNX node.
+
+    ``input_shapes`` covers every input in order (``None`` for a missing optional input), ``constant``
+    says which inputs are weights (initializers, Constant outputs, or computed from those only).
+    ``attributes`` keeps every attribute readable (numbers, strings, short tensor summaries);
+    ``params`` are the benchmark parameters in descriptor order.
+    """
+
+    index: int
+    name: str
+    op_type: str
+    domain: str
+    input_shapes: tuple[Shape | None, ...]
+    constant: tuple[bool, ...]
+    output_shapes: tuple[Shape | None, ...]
+    attributes: tuple[tuple[str, Any], ...]
+    params: Params
+
+    @property
+    def activation_shapes(self) -> tuple[Shape, ...]:
+        return tuple(
+            s for s, const in zip(self.input_shapes, self.constant, strict=True) if s is not None and not const
+        )
+
+
+@dataclass(frozen=True)
+class SkippedNode:
+    """A node that was not extracted, and why."""
+
+    index: int
+    name: str
+    op_type: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Extraction:
+    """Everything read from one ONNX file at one batch size."""
+
+    path: str
+    model_name: str
+    graph_name: str
+    opset: int
+    ir_version: int
+    producer: str
+    sha256: str
+    batch_size: int
+    training: bool
+    node_counts: Mapping[str, int]
+    nodes: tuple[NodeRecord, ...]
+    skipped: tuple[SkippedNode, ...]
+    notes: tuple[str, ...] = ()
+    constant_nodes: int = 0
+
+    @property
+    def total_nodes(self) -> int:
+        return sum(self.node_counts.values())
+
+    def operations(self) -> list[Operation]:
+        """One operation per extracted node, ids in graph order (see :mod:`dlbench.opdb` to deduplicate)."""
+        return [node_operation(i, node) for i, node in enumerate(self.nodes)]
+
+
+def node_operation(op_id: int, node: NodeRecord) -> Operation:
+    """The operation one node stands for, with its cost where the operator is a known one."""
+    flops: float | None = None
+    moved: float | None = None
+    if node.op_type in DESCRIPTORS:
+        flops, moved = operation_cost(node.op_type, dict(node.params))
+    return Operation(
+        id=op_id,
+        op_type=node.op_type,
+        params=node.params,
+        input_shapes=node.activation_shapes,
+        count=1,
+        nodes=(node.name,),
+        flops=flops,
+        bytes_moved=moved,
+    )
+
+
+# --------------------------------------------------------------------------------------------- loading
+
+
+def _load(path: Path) -> tuple[Any, str]:
+    import onnx
+    from google.protobuf.message import DecodeError
+
+    if not path.is_file():
+        raise ExtractionError(f"{path}: no such ONNX file")
+    data = path.read_bytes()
+    digest = hashlib.sha256(data).hexdigest()
+    try:
+        model = onnx.load_model_from_string(data)
+    except (DecodeError, ValueError, RuntimeError) as err:
+        raise ExtractionError(f"{path}: not a readable ONNX model (truncated or not ONNX at all): {err}") from err
+    if not model.graph.node or not model.opset_import:
+        raise ExtractionError(
+            f"{path}: not an ONNX model: the file parsed as protobuf but has "
+            f"{len(model.graph.node)} nodes and {len(model.opset_import)} opset imports"
+        )
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        # Weights kept beside the model: only their shapes matter here, which the model itself holds.
+        log.info("%s: external weight data is not loaded (shapes come from the model file)", path)
+    return model, digest
+
+
+def _check(model: Any, path: Path) -> None:
+    import onnx
+
+    try:
+        onnx.checker.check_model(model)
+    except onnx.checker.ValidationError as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
+        raise ExtractionError(f"{path}: the ONNX checker rejects the model: {first}") from err
+
+
+def _default_opset(model: Any) -> int:
+    for imp in model.opset_import:
+        if imp.domain in ("", "ai.onnx"):
+            return int(imp.version)
+    return 0
+
+
+# --------------------------------------------------------------------------------------- batch size
+
+
+def _set_batch(model: Any, batch_size: int, path: Path) -> list[str]:
+    """Give graph inputs' dynamic first dimension the batch size; returns the symbolic names replaced.
+
+    A first dimension is dynamic when it is a ``dim_param``, unset, or a ``dim_value`` of 0 or -1. When no
+    input has one, the model's batch is fixed and must equal ``batch_size``.
+    """
+    initializers = {t.name for t in model.graph.initializer}
+    inputs = [i for i in model.graph.input if i.name not in initializers and i.type.HasField("tensor_type")]
+    ranked = [i for i in inputs if i.type.tensor_type.HasField("shape") and i.type.tensor_type.shape.dim]
+    dynamic, fixed = [], []
+    for value in ranked:
+        dim = value.type.tensor_type.shape.dim[0]
+        if dim.HasField("dim_value") and dim.dim_value > 0:
+            fixed.append((value.name, int(dim.dim_value)))
+        else:
+            dynamic.append(value)
+    if not dynamic:
+        mismatched = [(name, size) for name, size in fixed if size != batch_size]
+        if mismatched and len(mismatched) == len(fixed):
+            name, size = mismatched[0]
+            raise ExtractionError(
+                f"{path}: input {name!r} has a fixed batch dimension of {size}, so batch_size={batch_size} "
+                f"does not fit; use batch_size={size} or export the model with a dynamic batch dimension"
+            )
+        return []
+    names = []
+    for value in dynamic:
+        dim = value.type.tensor_type.shape.dim[0]
+        if dim.HasField("dim_param") and dim.dim_param:
+            names.append(dim.dim_param)
+        dim.dim_value = batch_size  # clears dim_param (a oneof)
+    if names:
+        wanted = set(names)
+        for value in [*model.graph.value_info, *model.graph.output]:
+            if not value.type.HasField("tensor_type"):
+                continue
+            for d in value.type.tensor_type.shape.dim:
+                if d.HasField("dim_param") and d.dim_param in wanted:
+                    d.dim_value = batch_size
+    return names
+
+
+# -------------------------------------------------------------------------------------------- shapes
+
+
+def _value_shapes(graph: Any) -> dict[str, Shape | None]:
+    """Known shapes by tensor name: a tuple when every dimension is a positive number, else None."""
+    shapes: dict[str, Shape | None] = {}
+    for value in [*graph.input, *graph.value_info, *graph.output]:
+        ttype = value.type.tensor_type if value.type.HasField("tensor_type") else None
+        if ttype is None or not ttype.HasField("shape"):
+            shapes.setdefault(value.name, None)
+            continue
+        dims = [d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else None for d in ttype.shape.dim]
+        known = None if any(d is None for d in dims) else tuple(int(d) for d in dims)
+        if shapes.get(value.name) is None:
+            shapes[value.name] = known
+    for tensor in graph.initializer:
+        shapes[tensor.name] = tuple(int(d) for d in tensor.dims)
+    for node in graph.node:
+        if node.op_type == "Constant" and node.output:
+            for attr in node.attribute:
+                if attr.name == "value":
+                    shapes[node.output[0]] = tuple(int(d) for d in attr.t.dims)
+                elif attr.name in ("value_float", "value_int"):
+                    shapes[node.output[0]] = ()
+                elif attr.name in ("value_floats", "value_ints"):
+                    shapes[node.output[0]] = (len(attr.floats) or len(attr.ints),)
+    return shapes
+
+
+def _open_outputs(graph: Any, shapes: Mapping[str, Shape | None]) -> int:
+    return sum(1 for node in graph.node for out in node.output if out and shapes.get(out) is None)
+
+
+def _infer_shapes(model: Any, path: Path, notes: list[str]) -> dict[str, Shape | None]:
+    import onnx
+
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except (onnx.shape_inference.InferenceError, RuntimeError) as err:
+        notes.append(f"onnx shape inference failed ({err}); trying symbolic inference only")
+        inferred = model
+    shapes = _value_shapes(inferred.graph)
+    if _open_outputs(inferred.graph, shapes) == 0:
+        return shapes
+    symbolic = _symbolic_shapes(inferred, notes)
+    for name, shape in symbolic.items():
+        if shapes.get(name) is None and shape is not None:
+            shapes[name] = shape
+    return shapes
+
+
+def _symbolic_shapes(model: Any, notes: list[str]) -> dict[str, Shape | None]:
+    """Shapes from onnxruntime's symbolic inference, for the dimensions ONNX's own inference left open."""
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+    except ImportError:
+        notes.append("onnxruntime is not installed: no symbolic shape inference for open dimensions")
+        return {}
+    try:
+        result = SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=False)
+    except Exception as err:  # noqa: BLE001 - any failure in the third-party pass just leaves dims open
+        notes.append(f"symbolic shape inference failed: {type(err).__name__}: {err}")
+        return {}
+    if result is None:
+        notes.append("symbolic shape inference could not complete (unsupported operators)")
+        return {}
+    return _value_shapes(result.graph)
+
+
+# ----------------------------------------------------------------------------------------- attributes
+
+
+class _UnhandledAttribute(Exception):
+    pass
+
+
+def _tensor_values(tensor: Any) -> list[Number] | None:
+    import onnx.numpy_helper
+
+    if math.prod(tensor.dims) > MAX_FLATTENED_TENSOR:
+        return None
+    try:
+        array = onnx.numpy_helper.to_array(tensor)
+    except (ValueError, TypeError, KeyError):
+        return None
+    if array.dtype.kind not in "biuf":
+        return None
+    return [v.item() if hasattr(v, "item") else v for v in array.reshape(-1)]
+
+
+def _tensor_summary(tensor: Any) -> str:
+    import onnx
+
+    dtype = onnx.TensorProto.DataType.Name(tensor.data_type).lower()
+    return f"tensor {dtype}[{','.join(str(d) for d in tensor.dims)}]"
+
+
+def _float32(value: float) -> float:
+    """An attribute float (stored as float32) as the shortest decimal that reads back to it: 1e-05, not
+    9.999999747378752e-06."""
+    import numpy as np
+
+    return float(str(np.float32(value)))
+
+
+def _read_attributes(node: Any) -> tuple[list[tuple[str, Any]], list[tuple[str, Number]]]:
+    """Every attribute as a readable value, plus the numeric ones flattened as parameters (``name``,
+    ``name_i``). Raises :class:`_UnhandledAttribute` for types that have no meaning as a benchmark
+    parameter (subgraphs, type protos)."""
+    import onnx
+
+    kinds = onnx.AttributeProto
+    readable: list[tuple[str, Any]] = []
+    params: list[tuple[str, Number]] = []
+    for attr in node.attribute:
+        kind = attr.type
+        name = attr.name
+        if kind == kinds.FLOAT:
+            readable.append((name, _float32(attr.f)))
+            params.append((name, _float32(attr.f)))
+        elif kind == kinds.INT:
+            readable.append((name, int(attr.i)))
+            params.append((name, int(attr.i)))
+        elif kind == kinds.FLOATS:
+            values = [_float32(v) for v in attr.floats]
+            readable.append((name, values))
+            params.extend((f"{name}_{i}", v) for i, v in enumerate(values))
+        elif kind == kinds.INTS:
+            values = [int(v) for v in attr.ints]
+            readable.append((name, values))
+            params.extend((f"{name}_{i}", v) for i, v in enumerate(values))
+        elif kind == kinds.STRING:
+            readable.append((name, attr.s.decode("utf-8", errors="replace")))
+        elif kind == kinds.STRINGS:
+            readable.append((name, [s.decode("utf-8", errors="replace") for s in attr.strings]))
+        elif kind == kinds.TENSOR:
+            values = _tensor_values(attr.t)
+            if values is None:
+                readable.append((name, _tensor_summary(attr.t)))
+            else:
+                readable.append((name, values))
+                params.extend((f"{name}_{i}", v) for i, v in enumerate(values))
+        elif kind == kinds.TENSORS:
+            readable.append((name, [_tensor_summary(t) for t in attr.tensors]))
+        elif kind == kinds.SPARSE_TENSOR:
+            sparse = attr.sparse_tensor
+            readable.append((name, f"sparse {_tensor_summary(sparse.values)} of dims {list(sparse.dims)}"))
+        elif kind == kinds.SPARSE_TENSORS:
+            readable.append((name, [f"sparse tensor of dims {list(s.dims)}" for s in attr.sparse_tensors]))
+        elif kind in (kinds.GRAPH, kinds.GRAPHS):
+            raise _UnhandledAttribute(
+                f"attribute {name!r} is a subgraph ({kinds.AttributeType.Name(kind)}); control-flow "
+                "bodies are not extracted"
+            )
+        else:
+            type_name = kinds.AttributeType.Name(kind) if kind in kinds.AttributeType.values() else str(kind)
+            raise _UnhandledAttribute(
+                f"attribute {name!r} has type {type_name}, which dlbench does not extract "
+                "(handled: FLOAT(S), INT(S), STRING(S), TENSOR(S), SPARSE_TENSOR(S); GRAPH(S) are reported)"
+            )
+    return readable, params
+
+
+# ----------------------------------------------------------------------------------- known operators
+
+
+class _CannotDescribe(Exception):
+    pass
+
+
+def _nchw(shape: Shape) -> Shape:
+    """Rank 4 for elementwise operators: leading 1s for lower ranks, leading dims folded into N above."""
+    if len(shape) <= 4:
+        return (1,) * (4 - len(shape)) + tuple(shape)
+    return (math.prod(shape[: len(shape) - 3]), *shape[-3:])
+
+
+def _spatial(shape: Shape) -> Shape:
+    """Rank 4 for operators with a batch and a channel axis: N, C, then H and W (1-D: H=1; 3-D+: W folds
+    the remaining spatial dims)."""
+    if len(shape) < 2:
+        raise _CannotDescribe(f"expected an (N, C, ...) input, got shape {list(shape)}")
+    n, c, rest = shape[0], shape[1], shape[2:]
+    if not rest:
+        return (n, c, 1, 1)
+    if len(rest) == 1:
+        return (n, c, 1, rest[0])
+    return (n, c, rest[0], math.prod(rest[1:]))
+
+
+def _axis4(axis: int, rank: int) -> int:
+    axis = axis % rank if rank else 0
+    if rank <= 4:
+        return axis + 4 - rank
+    return max(0, axis - (rank - 4))
+
+
+def _window(
+    attrs: Mapping[str, Any], spatial_in: Sequence[int], kernel: Sequence[int], where: str
+) -> tuple[list[int], list[int], list[int]]:
+    """Pads (ONNX order begin..., end...), strides and dilations for a 1-D or 2-D window, ``auto_pad``
+    resolved to explicit pads."""
+    rank = len(kernel)
+    strides = list(attrs.get("strides") or [1] * rank)
+    dilations = list(attrs.get("dilations") or [1] * rank)
+    pads = list(attrs.get("pads") or [0] * (2 * rank))
+    auto_pad = attrs.get("auto_pad", "NOTSET") or "NOTSET"
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        pads = [0] * (2 * rank)
+        for i in range(rank):
+            out = -(-spatial_in[i] // strides[i])
+            total = max(0, (out - 1) * strides[i] + (kernel[i] - 1) * dilations[i] + 1 - spatial_in[i])
+            small, large = total // 2, total - total // 2
+            pads[i], pads[i + rank] = (small, large) if auto_pad == "SAME_UPPER" else (large, small)
+    elif auto_pad == "VALID":
+        pads = [0] * (2 * rank)
+    elif auto_pad != "NOTSET":
+        raise _CannotDescribe(f"{where}: auto_pad={auto_pad!r} is not an ONNX value")
+    if len(strides) != rank or len(dilations) != rank or len(pads) != 2 * rank:
+        raise _CannotDescribe(f"{where}: strides/dilations/pads do not match a {rank}-D window")
+    return pads, strides, dilations
+
+
+def _window_2d(values: Sequence[int], rank: int, fill: int) -> list[int]:
+    """A 1-D window's values as 2-D ones with H as the unit dimension."""
+    return [fill, *values] if rank == 1 else list(values)
+
+
+def _conv(shapes: Sequence[Shape | None], attrs: Mapping[str, Any], mode: int) -> Params:
+    x, w = shapes[0], shapes[1]
+    if x is None or w is None:
+        raise _CannotDescribe("input or weight shape unknown")
+    if len(x) not in (3, 4):
+        raise _CannotDescribe(f"only 1-D and 2-D convolutions have canonical descriptors, input {list(x)}")
+    kernel = list(attrs.get("kernel_shape") or w[2:])
+    rank = len(kernel)
+    pads, strides, dilations = _window(attrs, x[2:], kernel, "Conv")
+    n, c, h, wd = _spatial(x)
+    if rank == 1:
+        pads = [0, pads[0], 0, pads[1]]
+    values = [
+        n,
+        c,
+        h,
+        wd,
+        int(w[0]),
+        *_window_2d(kernel, rank, 1),
+        *pads,
+        *_window_2d(strides, rank, 1),
+        *_window_2d(dilations, rank, 1),
+        int(attrs.get("group", 1)),
+        mode,
+    ]
+    return tuple(zip(DESCRIPTORS["Conv"], (int(v) for v in values), strict=True))
+
+
+def _pool(shapes: Sequence[Shape | None], attrs: Mapping[str, Any], op_type: str) -> Params:
+    x = shapes[0]
+    if x is None:
+        raise _CannotDescribe("input shape unknown")
+    if len(x) not in (3, 4):
+        raise _CannotDescribe(f"only 1-D and 2-D pooling has canonical descriptors, input {list(x)}")
+    kernel = list(attrs.get("kernel_shape") or [])
+    if len(kernel) != len(x) - 2:
+        raise _CannotDescribe(f"{op_type}: kernel_shape {kernel} does not fit input {list(x)}")
+    rank = len(kernel)
+    pads, strides, _ = _window(attrs, x[2:], kernel, op_type)
+    if rank == 1:
+        pads = [0, pads[0], 0, pads[1]]
+    values = [*_spatial(x), *_window_2d(kernel, rank, 1), *pads, *_window_2d(strides, rank, 1), 0]
+    return tuple(zip(DESCRIPTORS[op_type], (int(v) for v in values), strict=True))
+
+
+def _gemm(shapes: Sequence[Shape | None], attrs: Mapping[str, Any]) -> Params:
+    a, b = shapes[0], shapes[1]
+    if a is None or b is None or len(a) != 2 or len(b) != 2:
+        raise _CannotDescribe("Gemm needs two 2-D inputs of known shape")
+    trans_a, trans_b = int(attrs.get("transA", 0)), int(attrs.get("transB", 0))
+    m, k = (a[1], a[0]) if trans_a else a
+    n = b[0] if trans_b else b[1]
+    return tuple(zip(DESCRIPTORS["Gemm"], (int(m), int(k), int(n), trans_a, trans_b, 1), strict=True))
+
+
+def _matmul(shapes: Sequence[Shape | None]) -> Params:
+    """MatMul as one (strided-batched) GEMM. When only A has leading dimensions (a weight B), they fold into
+    M, as frameworks run it; when both have them, ``batch`` is the product of the broadcast leading dims."""
+    a, b = shapes[0], shapes[1]
+    if a is None or b is None or not a or not b:
+        raise _CannotDescribe("MatMul needs two inputs of known, non-scalar shape")
+    a2 = (1, *a) if len(a) == 1 else a
+    b2 = (*b, 1) if len(b) == 1 else b
+    m, k, n = a2[-2], a2[-1], b2[-1]
+    lead_a, lead_b = a2[:-2], b2[:-2]
+    if not lead_b:
+        m, batch = m * math.prod(lead_a), 1
+    else:
+        width = max(len(lead_a), len(lead_b))
+        pa = (1,) * (width - len(lead_a)) + tuple(lead_a)
+        pb = (1,) * (width - len(lead_b)) + tuple(lead_b)
+        batch = math.prod(max(x, y) for x, y in zip(pa, pb, strict=True))
+    return tuple(zip(DESCRIPTORS["MatMul"], (int(m), int(k), int(n), 0, 0, int(batch)), strict=True))
+
+
+def _describe_known(
+    op_type: str, shapes: Sequence[Shape | None], attrs: Mapping[str, Any], opset: int, training: bool
+) -> Params | None:
+    """Canonical parameters of a known operator, or None when the op_type has none."""
+    first = shapes[0] if shapes else None
+    if op_type == "Conv":
+        return _conv(shapes, attrs, mode=0)
+    if op_type in ("MaxPool", "AveragePool"):
+        return _pool(shapes, attrs, op_type)
+    if op_type == "Gemm":
+        return _gemm(shapes, attrs)
+    if op_type == "MatMul":
+        return _matmul(shapes)
+    if op_type not in DESCRIPTORS:
+        return None
+    if first is None:
+        raise _CannotDescribe("input shape unknown")
+    if op_type == "BatchNormalization":
+        train = training or bool(attrs.get("training_mode", 0))
+        values = (
+            *_spatial(first),
+            float(attrs.get("epsilon", 1e-5)),
+            float(attrs.get("momentum", 0.9)),
+            0 if train else 2,
+        )
+    elif op_type in ("Relu",):
+        values = (*_nchw(first), 0)
+    elif op_type == "GlobalAveragePool":
+        values = (*_spatial(first), 0)
+    elif op_type == "Add":
+        second = shapes[1] if len(shapes) > 1 else None
+        if second is None:
+            raise _CannotDescribe("second input shape unknown")
+        values = (*_nchw(first), *_nchw(second))
+    elif op_type == "Softmax":
+        axis = int(attrs.get("axis", -1 if opset >= 13 else 1))
+        values = (*_nchw(first), _axis4(axis, len(first)), 0)
+    elif op_type == "LayerNormalization":
+        axis = int(attrs.get("axis", -1))
+        values = (*_nchw(first), _axis4(axis, len(first)), float(attrs.get("epsilon", 1e-5)), 0)
+    else:  # an op_type added to ops.DESCRIPTORS that this module does not know yet
+        return None
+    return tuple(zip(DESCRIPTORS[op_type], values, strict=True))
+
+
+def _describe_unknown(shapes: Sequence[Shape | None], names: Sequence[str], flat_attrs: Params) -> Params:
+    params: list[tuple[str, Number]] = []
+    for name, shape in zip(names, shapes, strict=True):
+        if not name:
+            continue
+        if shape is None:
+            raise _CannotDescribe(f"shape of input {name!r} unknown")
+        params.extend(("?", int(d)) for d in shape)
+    return (*params, *flat_attrs)
+
+
+# ------------------------------------------------------------------------------------------ extraction
+
+
+def _constant_names(graph: Any) -> set[str]:
+    constants = {t.name for t in graph.initializer}
+    for node in graph.node:
+        inputs = [i for i in node.input if i]
+        if node.op_type == "Constant" or (inputs and all(i in constants for i in inputs)):
+            constants.update(o for o in node.output if o)
+    return constants
+
+
+def extract_operations(
+    path: str | Path,
+    batch_size: int,
+    training: bool = True,
+    strict: bool = False,
+) -> Extraction:
+    """Read ``path`` and describe every node at ``batch_size``.
+
+    ``training``: the network is evaluated for training, so BatchNormalization forward uses batch
+    statistics (mode 0); otherwise inference (mode 2). Nodes whose shapes stay unknown or whose attributes
+    cannot be read are listed in ``Extraction.skipped``; ``strict`` raises :class:`ExtractionError` instead.
+    Constant nodes are weights, not operations: they are counted but not extracted.
+    """
+    import onnx
+
+    path = Path(path)
+    if batch_size < 1:
+        raise ExtractionError(f"{path}: batch_size must be >= 1, got {batch_size}")
+    model, digest = _load(path)
+    _check(model, path)
+    if model.functions:
+        model = onnx.inliner.inline_local_functions(model)
+    opset = _default_opset(model)
+    _set_batch(model, batch_size, path)
+    notes: list[str] = []
+    shapes = _infer_shapes(model, path, notes)
+    graph = model.graph
+    constants = _constant_names(graph)
+
+    records: list[NodeRecord] = []
+    skipped: list[SkippedNode] = []
+    counts: Counter[str] = Counter()
+    constant_nodes = 0
+    for index, node in enumerate(graph.node):
+        counts[node.op_type] += 1
+        if node.op_type == "Constant" and not node.domain:
+            constant_nodes += 1
+            continue
+        name = node.name or f"{node.op_type}_{index}"
+        in_shapes = tuple(shapes.get(i) if i else None for i in node.input)
+        try:
+            readable, flat_attrs = _read_attributes(node)
+            attrs = dict(readable)
+            params = None
+            if node.domain in ("", "ai.onnx"):
+                params = _describe_known(node.op_type, in_shapes, attrs, opset, training)
+            if params is None:
+                params = _describe_unknown(in_shapes, list(node.input), tuple(flat_attrs))
+        except (_UnhandledAttribute, _CannotDescribe) as err:
+            reason = f"{path}: node {name!r} ({node.op_type}): {err}"
+            if strict:
+                raise ExtractionError(reason) from None
+            skipped.append(SkippedNode(index=index, name=name, op_type=node.op_type, reason=reason))
+            continue
+        records.append(
+            NodeRecord(
+                index=index,
+                name=name,
+                op_type=node.op_type,
+                domain=node.domain,
+                input_shapes=in_shapes,
+                constant=tuple(bool(i) and i in constants for i in node.input),
+                output_shapes=tuple(shapes.get(o) if o else None for o in node.output),
+                attributes=tuple(readable),
+                params=params,
+            )
+        )
+    if skipped:
+        log.warning("%s: %d of %d nodes skipped", path, len(skipped), len(graph.node))
+    return Extraction(
+        path=str(path),
+        model_name=path.stem,
+        graph_name=graph.name,
+        opset=opset,
+        ir_version=int(model.ir_version),
+        producer=f"{model.producer_name} {model.producer_version}".strip(),
+        sha256=digest,
+        batch_size=batch_size,
+        training=training,
+        node_counts=dict(counts.most_common()),
+        nodes=tuple(records),
+        skipped=tuple(skipped),
+        notes=tuple(notes),
+        constant_nodes=constant_nodes,
+    )
+
+
+__all__ = [
+    "Extraction",
+    "ExtractionError",
+    "NodeRecord",
+    "SkippedNode",
+    "extract_operations",
+    "node_operation",
+]
