@@ -150,8 +150,8 @@ std::string output_path_for(const std::string &input_path) {
     return dir + stem + "_out.csv";
 }
 
-Params::Params(const std::vector<std::string> &names, const std::vector<double> &values)
-    : names_(names), values_(values) {}
+Params::Params(const std::vector<std::string> &names, const std::vector<double> &values, long long id)
+    : names_(names), values_(values), id_(id) {}
 
 double Params::lookup(const std::string &name) const {
     for (size_t i = 0; i < names_.size(); ++i)
@@ -229,7 +229,7 @@ int run_benchmark_main(int argc, char **argv, const KernelSpec &spec) {
                 if (row.values.size() != spec.param_names.size())
                     throw RowError("expected " + std::to_string(spec.param_names.size()) +
                                    " parameters after the id, got " + std::to_string(row.values.size()));
-                Params params(spec.param_names, row.values);
+                Params params(spec.param_names, row.values, row.id);
                 TimeStats s = spec.measure(params, settings);
                 // Flushed per row so the rows finished before a timeout survive.
                 out << row.id << "," << s.median_ms << "," << s.min_ms << "," << s.max_ms << "," << s.mean_ms

@@ -42,7 +42,8 @@ std::string output_path_for(const std::string &input_path);
 // A row's parameters by descriptor name; accessors throw RowError naming the parameter.
 class Params {
 public:
-    Params(const std::vector<std::string> &names, const std::vector<double> &values);
+    Params(const std::vector<std::string> &names, const std::vector<double> &values, long long id = -1);
+    long long id() const { return id_; } // the input row's id (-1 for built-in verify problems)
     std::int64_t integer(const std::string &name) const; // must be integral
     std::int64_t positive(const std::string &name) const; // integral and >= 1
     std::int64_t non_negative(const std::string &name) const;
@@ -52,6 +53,7 @@ private:
     double lookup(const std::string &name) const;
     const std::vector<std::string> &names_;
     const std::vector<double> &values_;
+    long long id_;
 };
 
 // What a benchmark executable is: its parameter descriptors and three hooks.

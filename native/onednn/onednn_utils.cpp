@@ -16,7 +16,7 @@ dnnl::stream &cpu_stream() {
 }
 
 void setup_cpu(const std::string &program, const Settings &settings) {
-    if (settings.device != "cpu")
+    if (settings.device != "cpu" && settings.device != "auto")
         throw FatalError(kExitUsage, program + " runs on the CPU; DLBENCH_DEVICE='" + settings.device + "'");
     if (settings.dtype != "float32")
         throw FatalError(kExitUsage,
