@@ -140,8 +140,10 @@ def _load(path: Path) -> tuple[Any, str]:
 def _check(model: Any, path: Path) -> None:
     import onnx
 
+    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
     try:
-        onnx.checker.check_model(model)
+        # with weights beside the model, only the path lets the checker find (and check) their files
+        onnx.checker.check_model(str(path) if external else model)
     except onnx.checker.ValidationError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
         raise ExtractionError(f"{path}: the ONNX checker rejects the model: {first}") from err
@@ -611,6 +613,12 @@ def extract_operations(
         name = node.name or f"{node.op_type}_{index}"
         in_shapes = tuple(shapes.get(i) if i else None for i in node.input)
         try:
+            unknown = [i for i, shape in zip(node.input, in_shapes, strict=True) if i and shape is None]
+            if unknown:
+                raise _CannotDescribe(
+                    f"shape of input {', '.join(map(repr, unknown))} unknown: neither ONNX nor symbolic shape "
+                    "inference could infer it"
+                )
             readable, flat_attrs = _read_attributes(node)
             attrs = dict(readable)
             params = None

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import atexit
+import shutil
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -131,3 +134,19 @@ def export_model(name: str, directory: Path, dynamic_batch: bool = True, dynamo:
     suffix = ("" if dynamic_batch else "_fixed") + ("_dynamo" if dynamo else "")
     path = directory / f"{name}{suffix}.onnx"
     return export(factory(), example(), path, dynamic_batch, dynamo, training)
+
+
+_EXPORTED: dict[tuple[str, bool, bool], Path] = {}
+_DIRECTORY: list[Path] = []
+
+
+def exported(name: str, dynamic_batch: bool = True, dynamo: bool = False) -> Path:
+    """The model exported once per test session (a temporary folder removed at exit), shared by every
+    test module that needs it."""
+    key = (name, dynamic_batch, dynamo)
+    if key not in _EXPORTED:
+        if not _DIRECTORY:
+            _DIRECTORY.append(Path(tempfile.mkdtemp(prefix="dlbench_onnx_")))
+            atexit.register(shutil.rmtree, _DIRECTORY[0], True)
+        _EXPORTED[key] = export_model(name, _DIRECTORY[0], dynamic_batch, dynamo)
+    return _EXPORTED[key]
