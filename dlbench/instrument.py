@@ -323,8 +323,90 @@ class ProfileSession:
             publish_to_mlflow(self)
 
 
+def session_metrics(session: ProfileSession) -> dict[str, float]:
+    """Run-level figures: median step time and throughput of the unprofiled batches after the warm-up,
+    the median profiled step, the last loss."""
+    t = session._timeline
+    steady = [w for s, w, p in zip(t.steps, t.wall_s, t.profiled, strict=True) if not p and s >= session._first]
+    steady = steady or [w for w, p in zip(t.wall_s, t.profiled, strict=True) if not p]
+    metrics: dict[str, float] = {"steps": float(len(t.steps)), "profiled_batches": float(len(session.profiled))}
+    if steady:
+        metrics["step_time_s_median"] = statistics.median(steady)
+        metrics["step_time_s_mean"] = statistics.fmean(steady)
+    profiled = session.step_times(profiled=True)
+    if profiled:
+        metrics["profiled_step_time_s_median"] = statistics.median(profiled)
+    if t.values.get("samples_per_s"):
+        metrics["samples_per_s_median"] = statistics.median(v for _, v in t.values["samples_per_s"])
+    if t.values.get("loss"):
+        metrics["loss_first"] = t.values["loss"][0][1]
+        metrics["loss_final"] = t.values["loss"][-1][1]
+    return metrics
+
+
+def operator_metrics(batch: ProfiledBatch) -> dict[str, float]:
+    """Per operator name (all input shapes together): self CPU and self device milliseconds."""
+    cpu: dict[str, float] = {}
+    device: dict[str, float] = {}
+    for row in batch.rows:
+        cpu[row[1]] = cpu.get(row[1], 0.0) + row[4] / 1e3
+        device[row[1]] = device.get(row[1], 0.0) + row[6] / 1e3
+    metrics = {"batch_time_s": batch.wall_s, "self_cpu_ms_total": sum(cpu.values())}
+    metrics.update({f"op_self_cpu_ms/{_metric_name(name)}": v for name, v in cpu.items()})
+    if any(device.values()):
+        metrics["self_device_ms_total"] = sum(device.values())
+        metrics.update({f"op_self_device_ms/{_metric_name(name)}": v for name, v in device.items() if v})
+    return metrics
+
+
+def _metric_name(name: str) -> str:
+    """MLflow metric names allow letters, digits and ``_-. :/``; anything else becomes ``_``."""
+    cleaned = "".join(c if c.isalnum() or c in "_-. :/" else "_" for c in name)
+    return cleaned.replace("/", "_")[:200]
+
+
 def publish_to_mlflow(session: ProfileSession) -> None:
-    """Log a finished session to the MLflow run named by ``MLFLOW_RUN_ID`` (filled in with tracking)."""
+    """Log a finished session to the MLflow run named by ``MLFLOW_RUN_ID``: per-step series (step time,
+    samples per second, logged values), run-level figures and the summary files on that run, and one
+    nested child run per profiled batch with its operator metrics, table and trace. Writes
+    ``published.json`` (the child run ids) to the profile directory when done, so a runner can check."""
+    from dlbench.tracking import TrackedRun, attach_run_from_env
+
+    parent = attach_run_from_env()
+    if parent is None:
+        return
+    records = [
+        (name, value, step)
+        for name, pairs in session.logged_values().items()
+        if name != "samples"  # the batch size; samples_per_s carries it
+        for step, value in pairs
+    ]
+    parent.log_metric_records(records)
+    parent.log_metrics(session_metrics(session))
+    out_dir = session.settings.out_dir
+    for name in (SUMMARY_FILE, BATCHES_FILE):
+        if (out_dir / name).exists():
+            parent.log_artifact(out_dir / name, "profile")
+    parent_run = parent.client.get_run(parent.run_id)
+    inherited = {k: v for k, v in parent_run.data.tags.items() if k.startswith("dlbench.") and k != "dlbench.run_id"}
+    children = {}
+    for batch in session.profiled:
+        tags = {**inherited, "dlbench.kind": "profiled_batch", "dlbench.batch": str(batch.batch_idx)}
+        with TrackedRun(
+            parent.target,
+            run_name=f"batch_{batch.batch_idx}",
+            params={"batch": batch.batch_idx},
+            tags=tags,
+            parent_run_id=parent.run_id,
+            experiment_id=parent_run.info.experiment_id,
+        ) as child:
+            child.log_metrics(operator_metrics(batch))
+            child.log_artifact(batch.ops_path, "profile")
+            if batch.trace_path is not None and batch.trace_path.exists():
+                child.log_artifact(batch.trace_path, "profile")
+            children[str(batch.batch_idx)] = child.run_id
+    published = {"parent_run_id": parent.run_id, "child_run_ids": children}
+    (out_dir / "published.json").write_text(json.dumps(published, indent=2) + "\n", encoding="utf-8")
 
 
 def summary_columns() -> tuple[str, ...]:
