@@ -1,0 +1,95 @@
+"""Configuration composes from the real conf/, and mistakes fail at compose time with Hydra's message."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from helpers import run_dlbench
+from hydra import compose, initialize_config_dir
+from hydra.errors import ConfigCompositionException
+from omegaconf import OmegaConf
+from omegaconf.errors import ConfigKeyError, ValidationError
+
+from dlbench import CONF_DIR
+from dlbench.config import DlbenchConfig, register_configs
+from dlbench.workload import operations_from_benchmark
+
+BENCHMARKS = sorted(p.stem for p in (CONF_DIR / "benchmark").glob("*.yaml"))
+
+
+def compose_config(*overrides: str):
+    register_configs()
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base="1.3"):
+        return compose(config_name="config", overrides=list(overrides))
+
+
+@pytest.mark.parametrize("name", BENCHMARKS)
+def test_every_shipped_benchmark_composes_and_validates(name: str) -> None:
+    cfg = compose_config(f"+benchmark={name}", "batch_size=4")
+    config = OmegaConf.to_object(cfg)
+    assert isinstance(config, DlbenchConfig)
+    assert config.benchmark is not None and config.benchmark.name == name
+    if config.benchmark.kind == "operator":
+        operations = operations_from_benchmark(config.benchmark)
+        assert operations and all(op.params for op in operations)
+
+
+def test_batch_size_flows_into_operation_parameters() -> None:
+    config = OmegaConf.to_object(compose_config("+benchmark=gemm", "batch_size=3"))
+    ops = {op.name: op.param_dict for op in operations_from_benchmark(config.benchmark)}
+    assert ops["ffn_up"]["M"] == 3 * 128 and ops["attn_scores"]["batch"] == 3 * 12
+    assert ops["resnet50_fc"] == {"M": 3, "K": 2048, "N": 1000, "transA": 0, "transB": 1, "batch": 1}
+
+
+def test_resnet50_convolutions_cover_all_53_layers() -> None:
+    config = OmegaConf.to_object(compose_config("+benchmark=conv", "batch_size=2"))
+    ops = operations_from_benchmark(config.benchmark)
+    assert len(ops) == 23 and sum(op.count for op in ops) == 53
+    first = ops[0]
+    assert first.param_dict["N"] == 2 and first.flops == pytest.approx(2 * 2 * 64 * 112 * 112 * 3 * 7 * 7)
+
+
+def test_misspelt_top_level_key_fails_at_compose_time() -> None:
+    with pytest.raises(ConfigCompositionException) as info:
+        compose_config("batchsize=8")
+    assert isinstance(info.value.__cause__, ConfigKeyError | ValidationError) or "batchsize" in str(info.value)
+
+
+def test_unknown_benchmark_lists_the_available_ones() -> None:
+    with pytest.raises(ConfigCompositionException, match="Could not find 'benchmark/cnov'") as info:
+        compose_config("+benchmark=cnov")
+    assert "conv" in str(info.value) and "gemm" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [
+        ("device=tpu", "device='tpu': use one of cpu, cuda, auto"),
+        ("dtype=int3", "dtype='int3'"),
+        ("task=dance", "task='dance'"),
+        ("batch_size=0", "batch_size must be >= 1"),
+    ],
+)
+def test_invalid_values_name_the_key_and_allowed_values(override: str, message: str) -> None:
+    cfg = compose_config("+benchmark=relu", override)
+    with pytest.raises(ValueError, match=message):
+        OmegaConf.to_object(cfg)
+
+
+def test_cli_typo_exits_non_zero_before_running_anything(tmp_path: Path) -> None:
+    result = run_dlbench("+benchmark=conv", "batchsize=8", cwd=tmp_path)
+    assert result.returncode != 0
+    assert "batchsize" in result.stderr and "Could not override" in result.stderr
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_cli_without_benchmark_says_how_to_choose_one(tmp_path: Path) -> None:
+    result = run_dlbench(cwd=tmp_path)
+    assert result.returncode != 0
+    assert "python -m dlbench +benchmark=conv" in result.stderr
+
+
+def test_help_is_hydras_and_fast(tmp_path: Path) -> None:
+    result = run_dlbench("--help", cwd=tmp_path)
+    assert result.returncode == 0 and "benchmark: add, avgpool" in result.stdout
