@@ -52,6 +52,25 @@ dnnl::memory zeros(const dnnl::memory::desc &desc) {
     return mem;
 }
 
+void run_steps(const std::vector<Step> &steps) {
+    auto &stream = cpu_stream();
+    for (const auto &step : steps)
+        step.primitive.execute(stream, step.args);
+    stream.wait();
+}
+
+TimeStats time_steps(const Settings &settings, const std::vector<Step> &steps) {
+    return measure_repetitions(settings, [&] { return wall_ms([&] { run_steps(steps); }); });
+}
+
+dnnl::memory convert(const dnnl::memory &source, const dnnl::memory::desc &desc, std::vector<Step> *timed) {
+    if (timed == nullptr) return in_layout(source, desc);
+    if (source.get_desc() == desc) return source;
+    dnnl::memory target = zeros(desc);
+    timed->push_back({dnnl::reorder(source, target), {{DNNL_ARG_FROM, source}, {DNNL_ARG_TO, target}}});
+    return target;
+}
+
 TimeStats time_primitive(const Settings &settings, dnnl::primitive &prim,
                          const std::unordered_map<int, dnnl::memory> &args) {
     auto &stream = cpu_stream();

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 namespace dlbench::onednn {
 
@@ -30,6 +31,18 @@ dnnl::memory in_layout(const dnnl::memory &source, const dnnl::memory::desc &des
 reference::Tensor to_plain(const dnnl::memory &source, const dnnl::memory::dims &dims, tag layout);
 // A zero-filled memory of `desc`.
 dnnl::memory zeros(const dnnl::memory::desc &desc);
+
+// One primitive execution; a timed repetition runs a list of them, then waits for the stream.
+struct Step {
+    dnnl::primitive primitive;
+    std::unordered_map<int, dnnl::memory> args;
+};
+void run_steps(const std::vector<Step> &steps);
+TimeStats time_steps(const Settings &settings, const std::vector<Step> &steps);
+
+// `source` in the layout `desc` asks for. With `timed` null the reorder (if any) runs now; otherwise
+// it is appended to `timed`, to run inside every repetition.
+dnnl::memory convert(const dnnl::memory &source, const dnnl::memory::desc &desc, std::vector<Step> *timed);
 
 // Time `prim.execute(stream, args)` + `stream.wait()` with the protocol's repetition rules.
 TimeStats time_primitive(const Settings &settings, dnnl::primitive &prim,
