@@ -149,7 +149,7 @@ def test_too_few_steps_for_the_profile_window_is_refused(tmp_path: Path, store: 
 
 
 @pytest.mark.slow
-def test_multirun_over_batch_size_goes_on_after_a_failing_job(tmp_path: Path, store: Store):
+def test_multirun_goes_on_after_a_failing_job(tmp_path: Path, store: Store):
     conf = tiny_mlp_conf(tmp_path / "conf")
     script_conf(conf, "crashy", CRASHING_SCRIPT)
     result = run_dlbench(
