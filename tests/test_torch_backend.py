@@ -107,7 +107,7 @@ def test_every_operator_and_mode_runs_on_small_shapes() -> None:
     modes = {"Conv": (0, 1, 2), "BatchNormalization": (0, 1, 2), "Gemm": (0,), "MatMul": (0,), "Add": (0,)}
     for op_type, kernel in tk.KERNELS.items():
         for mode in modes.get(op_type, (0, 1)):
-            tk.KERNELS[op_type]({**small, "mode": mode}, CPU, F32)()
+            kernel({**small, "mode": mode}, CPU, F32)()
 
 
 def test_relu_backward_is_threshold_backward_of_the_output() -> None:
