@@ -22,6 +22,10 @@ Params = tuple[tuple[str, Number], ...]
 
 #: Tensor attributes with at most this many elements are flattened into parameters (``value_0``, ...).
 MAX_FLATTENED_TENSOR = 16
+#: Tensors up to this many elements take part in shape computations (values folded, kept for inference).
+MAX_FOLDED_ELEMENTS = 1024
+#: Bytes per element of the fixed-size ONNX tensor types (TensorProto.DataType values).
+_ITEMSIZE = {1: 4, 2: 1, 3: 1, 4: 2, 5: 2, 6: 4, 7: 8, 9: 1, 10: 2, 11: 8, 12: 4, 13: 8, 14: 8, 15: 16, 16: 2}
 
 
 class ExtractionError(ValueError):
@@ -137,13 +141,64 @@ def _load(path: Path) -> tuple[Any, str]:
     return model, digest
 
 
+def _check_weights(model: Any, path: Path) -> None:
+    """Weights the checker no longer sees in the light model: external files exist, raw data has the size
+    the dims say."""
+    import onnx
+
+    for tensor in model.graph.initializer:
+        if tensor.data_location == onnx.TensorProto.EXTERNAL:
+            location = next((e.value for e in tensor.external_data if e.key == "location"), "")
+            if not location or not (path.parent / location).is_file():
+                raise ExtractionError(
+                    f"{path}: weight {tensor.name!r} is stored in {location!r} beside the model, "
+                    "but that file is missing"
+                )
+        elif tensor.raw_data:
+            itemsize = _ITEMSIZE.get(tensor.data_type)
+            if itemsize and len(tensor.raw_data) != math.prod(tensor.dims) * itemsize:
+                raise ExtractionError(
+                    f"{path}: weight {tensor.name!r} has {len(tensor.raw_data)} bytes, its dims "
+                    f"{list(tensor.dims)} need {math.prod(tensor.dims) * itemsize}"
+                )
+
+
+def _light_model(model: Any) -> tuple[Any, set[str]]:
+    """A copy for checking and shape inference in which large initializers are graph inputs of the same
+    type and shape: inference needs only their shapes, and serializing the weights (twice, once per
+    C++ call) would dominate the time. Returns the copy and the names of the moved weights."""
+    import onnx
+
+    light = onnx.ModelProto()
+    light.ir_version = max(int(model.ir_version), 4)  # IR >= 4: initializers need not be inputs
+    light.opset_import.extend(model.opset_import)
+    light.producer_name = model.producer_name
+    light.producer_version = model.producer_version
+    light.functions.extend(model.functions)
+    graph, source = light.graph, model.graph
+    graph.name = source.name
+    graph.node.extend(source.node)
+    graph.output.extend(source.output)
+    graph.value_info.extend(source.value_info)
+    graph.sparse_initializer.extend(source.sparse_initializer)
+    inputs = {value.name for value in source.input}
+    graph.input.extend(source.input)
+    moved: set[str] = set()
+    for tensor in source.initializer:
+        if math.prod(tensor.dims) <= MAX_FOLDED_ELEMENTS and tensor.data_location != onnx.TensorProto.EXTERNAL:
+            graph.initializer.append(tensor)
+            continue
+        moved.add(tensor.name)
+        if tensor.name not in inputs:
+            graph.input.append(onnx.helper.make_tensor_value_info(tensor.name, tensor.data_type, list(tensor.dims)))
+    return light, moved
+
+
 def _check(model: Any, path: Path) -> None:
     import onnx
 
-    external = any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer)
     try:
-        # with weights beside the model, only the path lets the checker find (and check) their files
-        onnx.checker.check_model(str(path) if external else model)
+        onnx.checker.check_model(model)
     except onnx.checker.ValidationError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
         raise ExtractionError(f"{path}: the ONNX checker rejects the model: {first}") from err
@@ -159,13 +214,13 @@ def _default_opset(model: Any) -> int:
 # --------------------------------------------------------------------------------------- batch size
 
 
-def _set_batch(model: Any, batch_size: int, path: Path) -> list[str]:
+def _set_batch(model: Any, batch_size: int, path: Path, weights: set[str] = frozenset()) -> list[str]:
     """Give graph inputs' dynamic first dimension the batch size; returns the symbolic names replaced.
 
     A first dimension is dynamic when it is a ``dim_param``, unset, or a ``dim_value`` of 0 or -1. When no
     input has one, the model's batch is fixed and must equal ``batch_size``.
     """
-    initializers = {t.name for t in model.graph.initializer}
+    initializers = {t.name for t in model.graph.initializer} | set(weights)
     inputs = [i for i in model.graph.input if i.name not in initializers and i.type.HasField("tensor_type")]
     ranked = [i for i in inputs if i.type.tensor_type.HasField("shape") and i.type.tensor_type.shape.dim]
     dynamic, fixed = [], []
@@ -235,14 +290,20 @@ def _open_outputs(graph: Any, shapes: Mapping[str, Shape | None]) -> int:
 
 
 def _infer_shapes(model: Any, path: Path, notes: list[str]) -> dict[str, Shape | None]:
+    """Every tensor's shape: ONNX inference with data propagation; where it leaves shapes open, a sweep
+    that folds shape computations (Shape -> Gather -> Concat -> Reshape ...) to values and infers node by
+    node with them; then onnxruntime's symbolic inference for whatever is still open."""
     import onnx
 
     try:
         inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
     except (onnx.shape_inference.InferenceError, RuntimeError) as err:
-        notes.append(f"onnx shape inference failed ({err}); trying symbolic inference only")
+        notes.append(f"onnx shape inference failed ({err}); inferring node by node")
         inferred = model
     shapes = _value_shapes(inferred.graph)
+    if _open_outputs(inferred.graph, shapes) == 0:
+        return shapes
+    _fold_and_infer(inferred, shapes, notes)
     if _open_outputs(inferred.graph, shapes) == 0:
         return shapes
     symbolic = _symbolic_shapes(inferred, notes)
@@ -250,6 +311,160 @@ def _infer_shapes(model: Any, path: Path, notes: list[str]) -> dict[str, Shape |
         if shapes.get(name) is None and shape is not None:
             shapes[name] = shape
     return shapes
+
+
+def _elem_types(graph: Any) -> dict[str, int]:
+    types: dict[str, int] = {}
+    for value in [*graph.input, *graph.value_info, *graph.output]:
+        if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type:
+            types[value.name] = int(value.type.tensor_type.elem_type)
+    for tensor in graph.initializer:
+        types[tensor.name] = int(tensor.data_type)
+    return types
+
+
+def _constant_values(graph: Any) -> dict[str, Any]:
+    """Small constant tensors as numpy arrays: initializers and Constant outputs."""
+    import numpy as np
+    import onnx.numpy_helper
+
+    values: dict[str, Any] = {}
+    for tensor in graph.initializer:
+        if math.prod(tensor.dims) <= MAX_FOLDED_ELEMENTS:
+            values[tensor.name] = onnx.numpy_helper.to_array(tensor)
+    for node in graph.node:
+        if node.op_type != "Constant" or not node.output:
+            continue
+        for attr in node.attribute:
+            if attr.name == "value" and math.prod(attr.t.dims) <= MAX_FOLDED_ELEMENTS:
+                values[node.output[0]] = onnx.numpy_helper.to_array(attr.t)
+            elif attr.name == "value_int":
+                values[node.output[0]] = np.array(attr.i, dtype=np.int64)
+            elif attr.name == "value_ints":
+                values[node.output[0]] = np.array(list(attr.ints), dtype=np.int64)
+            elif attr.name == "value_float":
+                values[node.output[0]] = np.array(attr.f, dtype=np.float32)
+            elif attr.name == "value_floats":
+                values[node.output[0]] = np.array(list(attr.floats), dtype=np.float32)
+    return values
+
+
+def _evaluate_small(node: Any, inputs: list[Any], opset: int) -> list[Any]:
+    """Run one node on small constant inputs: numpy for the usual shape arithmetic, ONNX's reference
+    evaluator for anything else."""
+    import numpy as np
+
+    op = node.op_type
+    attrs = {a.name: onnx_attribute_value(a) for a in node.attribute}
+    if op == "Identity":
+        return [inputs[0]]
+    if op == "Gather":
+        return [np.take(inputs[0], inputs[1], axis=int(attrs.get("axis", 0)))]
+    if op == "Concat":
+        return [np.concatenate([np.atleast_1d(x) for x in inputs], axis=int(attrs["axis"]))]
+    if op in ("Add", "Sub", "Mul") and inputs[0].dtype.kind in "iu" and inputs[1].dtype.kind in "iu":
+        fn = {"Add": np.add, "Sub": np.subtract, "Mul": np.multiply}[op]
+        return [fn(inputs[0], inputs[1]).astype(inputs[0].dtype)]
+    if op == "Unsqueeze" and opset >= 13 and len(inputs) == 2:
+        out = inputs[0]
+        rank = out.ndim + inputs[1].size
+        for axis in sorted(int(a) % rank for a in np.atleast_1d(inputs[1])):
+            out = np.expand_dims(out, axis)
+        return [out]
+    if op == "Squeeze" and opset >= 13:
+        if len(inputs) == 1:
+            return [np.squeeze(inputs[0])]
+        return [np.squeeze(inputs[0], axis=tuple(int(a) for a in np.atleast_1d(inputs[1])))]
+    if op == "Reshape" and not attrs.get("allowzero", 0):
+        target = [int(d) for d in inputs[1]]
+        target = [inputs[0].shape[i] if d == 0 else d for i, d in enumerate(target)]
+        return [np.reshape(inputs[0], target)]
+    from onnx.reference import ReferenceEvaluator
+
+    names = [i for i in node.input if i]
+    return list(ReferenceEvaluator(node).run(None, dict(zip(names, inputs, strict=True))))
+
+
+def onnx_attribute_value(attr: Any) -> Any:
+    import onnx.helper
+
+    return onnx.helper.get_attribute_value(attr)
+
+
+def _fold_and_infer(model: Any, shapes: dict[str, Shape | None], notes: list[str]) -> None:
+    """One topological sweep: fold small shape computations to values, and infer the outputs the global
+    inference left open node by node, with those values as input data (so Reshape targets computed from
+    Shape/Slice/Div chains resolve)."""
+    import numpy as np
+    import onnx
+    import onnx.numpy_helper
+
+    graph = model.graph
+    opsets = {imp.domain or "": int(imp.version) for imp in model.opset_import}
+    opset = opsets.get("", opsets.get("ai.onnx", 0))
+    types = _elem_types(graph)
+    values = _constant_values(graph)
+    failures = 0
+    for node in graph.node:
+        ins = [i for i in node.input if i]
+        outs = [o for o in node.output if o]
+        result = None
+        if node.domain not in ("", "ai.onnx"):
+            pass
+        elif node.op_type == "Shape" and ins and shapes.get(ins[0]) is not None:
+            attrs = {a.name: a.i for a in node.attribute}
+            full = shapes[ins[0]]
+            start, end = attrs.get("start", 0), attrs.get("end", len(full))
+            result = [np.array(full[start:end], dtype=np.int64)]
+        elif node.op_type == "Size" and ins and shapes.get(ins[0]) is not None:
+            result = [np.array(math.prod(shapes[ins[0]]), dtype=np.int64)]
+        elif node.op_type != "Constant" and ins and all(i in values for i in ins):
+            try:
+                result = _evaluate_small(node, [values[i] for i in node.input if i], opset)
+            except Exception:  # noqa: BLE001 - a node we cannot fold simply stays symbolic
+                result = None
+        if result is not None:
+            for name, value in zip(node.output, result, strict=False):
+                array = np.asarray(value)
+                if name and array.size <= MAX_FOLDED_ELEMENTS:
+                    values[name] = array
+                    if shapes.get(name) is None:
+                        shapes[name] = tuple(int(d) for d in array.shape)
+        if not outs or all(shapes.get(o) is not None for o in outs):
+            continue
+        try:
+            schema = onnx.defs.get_schema(node.op_type, opsets.get(node.domain or "", opset), node.domain)
+        except onnx.defs.SchemaError:
+            continue
+        input_types = {}
+        for name in ins:
+            if name not in types:
+                break
+            shape = shapes.get(name)
+            input_types[name] = onnx.helper.make_tensor_type_proto(
+                types[name], list(shape) if shape is not None else None
+            )
+        else:
+            input_data = {n: onnx.numpy_helper.from_array(values[n], n) for n in ins if n in values}
+            try:
+                inferred = onnx.shape_inference.infer_node_outputs(
+                    schema, node, input_types, input_data, list(model.opset_import)
+                )
+            except Exception:  # noqa: BLE001 - inference errors leave the outputs open; counted below
+                failures += 1
+                continue
+            for name, type_proto in inferred.items():
+                if not type_proto.HasField("tensor_type"):
+                    continue
+                tensor_type = type_proto.tensor_type
+                if tensor_type.elem_type:
+                    types[name] = int(tensor_type.elem_type)
+                if tensor_type.HasField("shape") and all(
+                    d.HasField("dim_value") and d.dim_value > 0 for d in tensor_type.shape.dim
+                ):
+                    shapes[name] = tuple(int(d.dim_value) for d in tensor_type.shape.dim)
+    if failures:
+        notes.append(f"node-by-node inference failed for {failures} nodes")
 
 
 def _symbolic_shapes(model: Any, notes: list[str]) -> dict[str, Shape | None]:
@@ -591,13 +806,15 @@ def extract_operations(
     if batch_size < 1:
         raise ExtractionError(f"{path}: batch_size must be >= 1, got {batch_size}")
     model, digest = _load(path)
-    _check(model, path)
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
+    _check_weights(model, path)
+    light, weights = _light_model(model)
+    _check(light, path)
     opset = _default_opset(model)
-    _set_batch(model, batch_size, path)
+    _set_batch(light, batch_size, path, weights)
     notes: list[str] = []
-    shapes = _infer_shapes(model, path, notes)
+    shapes = _infer_shapes(light, path, notes)
     graph = model.graph
     constants = _constant_names(graph)
 

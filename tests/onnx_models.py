@@ -93,6 +93,18 @@ class EncoderLayer(nn.Module):
         return self.norm2(x + self.ff2(torch.relu(self.ff1(x))))
 
 
+class TorchEncoderLayer(nn.Module):
+    """torch's own nn.TransformerEncoderLayer (d_model 64, 4 heads, feed-forward 128): its ONNX export slices
+    and reshapes shape values that ONNX's data propagation cannot follow."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+
 def export(
     module: nn.Module,
     example: torch.Tensor,
@@ -114,7 +126,9 @@ def export(
             kwargs["dynamic_shapes"] = ({0: torch.export.Dim("batch")},)
         else:
             kwargs["dynamic_axes"] = {"x": {0: "batch"}, "y": {0: "batch"}}
-    with warnings.catch_warnings(), torch.no_grad():
+    # autograd stays on: under no_grad torch takes fused fast paths (e.g. the encoder layer's) that ONNX
+    # cannot export
+    with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(module, (example,), str(path), **kwargs)
     return path
@@ -125,6 +139,7 @@ MODELS = {
     "resnet": (SmallResNet, lambda: torch.randn(2, 3, 32, 32), True),
     "mlp": (MLP, lambda: torch.randn(2, 784), False),
     "encoder": (EncoderLayer, lambda: torch.randn(2, 16, 64), False),
+    "torch_encoder": (TorchEncoderLayer, lambda: torch.randn(2, 16, 64), False),
 }
 
 

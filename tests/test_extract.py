@@ -146,7 +146,7 @@ def test_encoder_matmuls_fold_tokens_into_m_and_batch_heads(encoder):
 
 
 def test_encoder_shapes_behind_reshapes_are_inferred(encoder):
-    # head_dim comes from a Div of shape values: ONNX inference leaves it open, symbolic inference fills it
+    # head_dim comes from a Div of shape values: ONNX inference leaves it open, the folding sweep fills it
     assert encoder.skipped == ()
     softmax = dict(by_type(encoder, "Softmax")[0].params)
     assert softmax == {"N": BATCH, "C": 4, "H": 16, "W": 16, "axis": 3, "mode": 0}
@@ -159,6 +159,25 @@ def test_unknown_operators_get_positional_dims_and_flattened_attributes(encoder)
     assert [d for d, _ in transpose.params] == ["?"] * 4 + [f"perm_{i}" for i in range(4)]
     assert [v for d, v in transpose.params if d == "?"] == [BATCH, 16, 4, 16]
     assert dict(transpose.attributes)["perm"] == [0, 2, 1, 3]
+
+
+def test_torch_transformer_layer_is_fully_extracted():
+    extraction = extract_operations(exported("torch_encoder"), BATCH)
+    assert extraction.skipped == ()
+    problems = sorted(
+        (p["M"], p["K"], p["N"], p["batch"])
+        for n in extraction.nodes
+        if n.op_type in ("MatMul", "Gemm")
+        for p in [dict(n.params)]
+    )
+    tokens = BATCH * 16
+    # in-projection, q @ k^T and scores @ v per (batch, head), out-projection, feed-forward
+    assert problems == sorted(
+        [(tokens, 64, 192, 1), (16, 16, 16, BATCH * 4), (16, 16, 16, BATCH * 4), (tokens, 64, 64, 1)]
+        + [(tokens, 64, 128, 1), (tokens, 128, 64, 1)]
+    )
+    softmax = dict(by_type(extraction, "Softmax")[0].params)
+    assert (softmax["N"], softmax["C"], softmax["H"], softmax["W"]) == (BATCH, 4, 16, 16)
 
 
 @pytest.mark.slow

@@ -1,0 +1,186 @@
+"""How long ONNX extraction takes: a ResNet-50 and a 12-layer transformer encoder exported from plain torch,
+and the time of encoders of 2..12 layers against their node count (extraction should grow linearly).
+
+    python bench/extract_speed.py [--repeats 3] [--batch-size 32] [--out extract_speed.csv]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from pathlib import Path
+
+import torch
+from torch import nn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from dlbench.extract import extract_operations  # noqa: E402
+from dlbench.opdb import deduplicate  # noqa: E402
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, in_channels: int, width: int, stride: int) -> None:
+        super().__init__()
+        out_channels = width * self.expansion
+        self.conv1 = nn.Conv2d(in_channels, width, 1, bias=False)
+        self.bn1 = nn.BatchNorm2d(width)
+        self.conv2 = nn.Conv2d(width, width, 3, stride=stride, padding=1, bias=False)
+        self.bn2 = nn.BatchNorm2d(width)
+        self.conv3 = nn.Conv2d(width, out_channels, 1, bias=False)
+        self.bn3 = nn.BatchNorm2d(out_channels)
+        self.downsample = None
+        if stride != 1 or in_channels != out_channels:
+            self.downsample = nn.Sequential(
+                nn.Conv2d(in_channels, out_channels, 1, stride=stride, bias=False), nn.BatchNorm2d(out_channels)
+            )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out = torch.relu(self.bn1(self.conv1(x)))
+        out = torch.relu(self.bn2(self.conv2(out)))
+        out = self.bn3(self.conv3(out))
+        identity = x if self.downsample is None else self.downsample(x)
+        return torch.relu(out + identity)
+
+
+class ResNet50(nn.Module):
+    def __init__(self, num_classes: int = 1000) -> None:
+        super().__init__()
+        self.stem = nn.Sequential(
+            nn.Conv2d(3, 64, 7, stride=2, padding=3, bias=False),
+            nn.BatchNorm2d(64),
+            nn.ReLU(),
+            nn.MaxPool2d(3, stride=2, padding=1),
+        )
+        layers, channels = [], 64
+        for width, blocks, stride in ((64, 3, 1), (128, 4, 2), (256, 6, 2), (512, 3, 2)):
+            for i in range(blocks):
+                layers.append(Bottleneck(channels, width, stride if i == 0 else 1))
+                channels = width * Bottleneck.expansion
+        self.layers = nn.Sequential(*layers)
+        self.fc = nn.Linear(channels, num_classes)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.layers(self.stem(x))
+        return self.fc(torch.flatten(nn.functional.adaptive_avg_pool2d(x, 1), 1))
+
+
+def encoder(layers: int, d_model: int = 768, heads: int = 12, hidden: int = 3072) -> nn.Module:
+    layer = nn.TransformerEncoderLayer(d_model, heads, hidden, dropout=0.0, batch_first=True)
+    model = nn.TransformerEncoder(layer, layers, enable_nested_tensor=False)
+    # the layers are deep copies; distinct weights keep the exporter from sharing them between layers
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.normal_(0.0, 0.02)
+    return model
+
+
+def export(module: nn.Module, example: torch.Tensor, path: Path, training: bool) -> tuple[Path, float]:
+    module.eval()
+    kwargs = {"training": torch.onnx.TrainingMode.TRAINING} if training else {}
+    start = time.perf_counter()
+    # autograd stays on: under no_grad torch takes the fused encoder fast path, which ONNX cannot export
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(
+            module,
+            (example,),
+            str(path),
+            input_names=["x"],
+            output_names=["y"],
+            dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}},
+            dynamo=False,
+            **kwargs,
+        )
+    return path, time.perf_counter() - start
+
+
+def time_extraction(path: Path, batch_size: int, repeats: int) -> tuple[float, int, int, int]:
+    """Median seconds of extract + deduplicate, node count, extracted operations, unique operations."""
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        extraction = extract_operations(path, batch_size)
+        unique = deduplicate(extraction.operations())
+        times.append(time.perf_counter() - start)
+    if extraction.skipped:
+        print(f"  warning: {len(extraction.skipped)} nodes skipped, e.g. {extraction.skipped[0].reason}")
+    return statistics.median(times), extraction.total_nodes, len(extraction.nodes), len(unique)
+
+
+def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """Slope, intercept and R^2 of the least-squares line."""
+    mean_x, mean_y = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mean_x) ** 2 for x in xs)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in zip(xs, ys, strict=True)) / sxx
+    intercept = mean_y - slope * mean_x
+    ss_res = sum((y - (slope * x + intercept)) ** 2 for x, y in zip(xs, ys, strict=True))
+    ss_tot = sum((y - mean_y) ** 2 for y in ys)
+    return slope, intercept, 1.0 - ss_res / ss_tot if ss_tot else 1.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--seq", type=int, default=128, help="sequence length of the encoder input")
+    parser.add_argument("--layers", type=int, nargs="+", default=[2, 4, 8, 12])
+    parser.add_argument("--out", type=Path, default=None, help="CSV of the figures")
+    args = parser.parse_args(argv)
+    torch.manual_seed(0)
+    # the first extraction pays for importing onnx/onnxruntime; not part of any figure
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="dlbench_extract_speed_") as tmp:
+        directory = Path(tmp)
+        path, export_s = export(ResNet50(), torch.randn(1, 3, 224, 224), directory / "resnet50.onnx", True)
+        extract_operations(path, args.batch_size)
+        seconds, nodes, extracted, unique = time_extraction(path, args.batch_size, args.repeats)
+        size_mb = path.stat().st_size / 1e6
+        rows.append(("resnet50", 0, nodes, extracted, unique, size_mb, export_s, seconds))
+        path.unlink()
+        for layers in args.layers:
+            example = torch.randn(1, args.seq, 768)
+            path, export_s = export(encoder(layers), example, directory / f"encoder{layers}.onnx", False)
+            seconds, nodes, extracted, unique = time_extraction(path, args.batch_size, args.repeats)
+            size_mb = path.stat().st_size / 1e6
+            rows.append((f"encoder{layers}", layers, nodes, extracted, unique, size_mb, export_s, seconds))
+            path.unlink()
+
+    header = ("model", "layers", "nodes", "extracted", "unique", "file_MB", "export_s", "extract_s")
+    print(f"batch_size={args.batch_size}, median of {args.repeats} extractions (extract + deduplicate)")
+    print(
+        f"{header[0]:<10} {header[1]:>6} {header[2]:>6} {header[3]:>9} {header[4]:>6} {header[5]:>8} "
+        f"{header[6]:>8} {header[7]:>9}"
+    )
+    for name, layers, nodes, extracted, unique, size_mb, export_s, seconds in rows:
+        print(
+            f"{name:<10} {layers:>6} {nodes:>6} {extracted:>9} {unique:>6} {size_mb:>8.1f} {export_s:>8.2f} "
+            f"{seconds:>9.3f}"
+        )
+    encoders = [r for r in rows if r[1] > 0]
+    if len(encoders) >= 2:
+        slope, intercept, r2 = linear_fit([float(r[2]) for r in encoders], [r[7] for r in encoders])
+        print(f"encoder extraction time vs nodes: {slope * 1e3:.3f} ms/node + {intercept:.3f} s, R^2 = {r2:.4f}")
+        slope_mb, intercept_mb, r2_mb = linear_fit([r[5] for r in encoders], [r[7] for r in encoders])
+        print(
+            f"encoder extraction time vs file size: {slope_mb * 1e3:.2f} ms/MB + {intercept_mb:.3f} s, "
+            f"R^2 = {r2_mb:.4f}"
+        )
+    if args.out:
+        import csv
+
+        with args.out.open("w", newline="") as handle:
+            writer = csv.writer(handle)
+            writer.writerow(header)
+            writer.writerows(rows)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
