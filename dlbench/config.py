@@ -25,6 +25,10 @@ class MeasureConfig:
     min_reps: int = 10
     max_reps: int = 1000
     min_time_s: float = 0.2
+    #: seconds one operation may take (warm-up and repetitions); 0: no limit beyond ``timeout``
+    op_budget_s: float = 0.0
+    #: skip an operation whose tensors would need more than this fraction of the free device memory
+    memory_fraction: float = 0.8
 
     def __post_init__(self) -> None:
         if self.warmup < 0:
@@ -35,6 +39,10 @@ class MeasureConfig:
             raise ValueError(f"measure.max_reps ({self.max_reps}) is below measure.min_reps ({self.min_reps})")
         if self.min_time_s < 0:
             raise ValueError(f"measure.min_time_s must be >= 0, got {self.min_time_s}")
+        if self.op_budget_s < 0:
+            raise ValueError(f"measure.op_budget_s must be >= 0 (0: no limit), got {self.op_budget_s}")
+        if not 0 < self.memory_fraction <= 1:
+            raise ValueError(f"measure.memory_fraction must be in (0, 1], got {self.memory_fraction}")
 
 
 @dataclass
@@ -136,6 +144,10 @@ class DlbenchConfig:
     model: str = ""
     output_dir: str = ""
     quiet: bool = False
+    #: measure only the operations a previous, interrupted or failed run of the same sweep did not finish
+    resume: bool = False
+    #: in parallel sweeps, pin each job to its own ``threads`` cores so jobs do not disturb each other
+    exclusive_cores: bool = False
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
