@@ -217,3 +217,28 @@ def test_bad_profile_csv_error_names_file_and_line(tmp_path: Path):
     path.write_text("")
     with pytest.raises(ValueError, match=rf"{path}:1: empty profile file"):
         read_profile(path)
+
+
+def test_operator_table_agrees_with_torch_key_averages():
+    from torch.profiler import ProfilerActivity, profile
+
+    model = SmallNet()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    inputs, targets = torch.randn(6, 3, 8, 8), torch.randint(0, 5, (6,))
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+        optimizer.zero_grad()
+        torch.nn.functional.cross_entropy(model(inputs), targets).backward()
+        optimizer.step()
+
+    ours = {(row[1], row[2]): row for row in instrument.operator_rows(profiler, batch_idx=0)}
+    reference = {
+        (e.key, json.dumps(e.input_shapes, separators=(",", ":"))): e
+        for e in profiler.key_averages(group_by_input_shape=True)
+    }
+    assert ours.keys() == reference.keys()
+    for key, event in reference.items():
+        _, _, _, calls, self_cpu, cpu_total, self_device, device_total = ours[key]
+        assert calls == event.count, key
+        assert self_cpu == pytest.approx(event.self_cpu_time_total, abs=0.01), key
+        assert cpu_total == pytest.approx(event.cpu_time_total, abs=0.01), key
+        assert self_device == device_total == 0, key
