@@ -108,9 +108,10 @@ def test_verify_mode_is_also_selected_by_the_environment(onednn_bin: Path) -> No
     result = _run_env(onednn_bin / "onednn_conv", (), {"DLBENCH_VERIFY": "1"}, 120)
     assert result.returncode == 0, result.stderr[-3000:]
     # grouped, dilated, strided and asymmetric-padded problems in all three modes were compared
-    assert "g3 mode2: ok" in result.stderr
+    assert "g3 mode2 blocked: ok" in result.stderr
     assert "pad0,1,2,0 s2x2" in result.stderr
     assert "d2x2" in result.stderr
+    assert "mode1 plain: ok" in result.stderr  # the timed-reorder variant is verified too
 
 
 def test_verify_with_an_input_file_verifies_then_measures(onednn_bin: Path, tmp_path: Path) -> None:
@@ -162,6 +163,17 @@ def test_bad_conv_rows_are_reported_by_id_and_good_rows_kept(onednn_bin: Path, t
     ]:
         lines = [line for line in result.stderr.splitlines() if f"id {op_id} " in line]
         assert lines and reason in lines[0], (op_id, result.stderr)
+
+
+def test_plain_layout_times_the_reorders_too(onednn_bin: Path, tmp_path: Path) -> None:
+    rows = [(i, values) for i, values in enumerate(GOOD_ROWS["onednn_conv"])]
+    path = write_input(tmp_path / "conv.csv", rows)
+    result = _run_env(onednn_bin / "onednn_conv", (str(path),), {**FAST_ENV, "DLBENCH_ONEDNN_LAYOUT": "plain"}, 120)
+    assert result.returncode == 0, result.stderr
+    assert set(parse_output(tmp_path / "conv_out.csv").rows) == {0, 1, 2}
+    bad = _run_env(onednn_bin / "onednn_conv", (str(path),), {"DLBENCH_ONEDNN_LAYOUT": "nhwc"}, 30)
+    assert bad.returncode == EXIT_USAGE
+    assert "DLBENCH_ONEDNN_LAYOUT='nhwc' must be blocked or plain" in bad.stderr
 
 
 def test_non_numeric_field_is_reported_with_its_id(onednn_bin: Path, tmp_path: Path) -> None:
