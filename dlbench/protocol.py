@@ -17,7 +17,7 @@ import subprocess
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -33,11 +33,15 @@ ENV_VARS = {
     "DLBENCH_DEVICE": "cpu or cuda",
     "DLBENCH_DTYPE": "float32, float16 or bfloat16",
     "DLBENCH_VERIFY": "1: compare small problems with a reference and exit non-zero on mismatch",
+    "DLBENCH_OP_BUDGET_S": "seconds one operation may take (warm-up and repetitions); 0: no limit",
+    "DLBENCH_MEMORY_FRACTION": "skip an operation whose tensors need more than this fraction of free memory",
 }
 
 STAT_COLUMNS = ("min", "max", "mean", "std", "iqr")
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 STDERR_KEEP_BYTES = 256 * 1024
+#: stdout or stderr beyond this size means a runaway program: it is stopped before it fills the disk
+MAX_LOG_BYTES = 1024 * 1024 * 1024
 
 
 class ProtocolError(ValueError):
@@ -91,28 +95,45 @@ class ParsedOutput:
     unit: str
     rows: Mapping[int, TimeStats]
     problems: Sequence[str]
+    #: the problems that concern one asked-for id (a bad row of that id), by id
+    problems_by_id: Mapping[int, Sequence[str]] = field(default_factory=dict)
 
 
 def _number(text: str) -> float:
-    value = float(text)
-    return value
+    # float() also takes "1_000" and surrounding junk-free spellings like "infinity"; both are fine here,
+    # since non-finite times are rejected below.
+    return float(text)
 
 
-def parse_output(path: Path, expected_ids: Iterable[int] | None = None) -> ParsedOutput:
+def _leading_id(fields: Sequence[str]) -> int | None:
+    try:
+        return int(fields[0])
+    except (ValueError, IndexError):
+        return None
+
+
+def parse_output(
+    path: Path, expected_ids: Iterable[int] | None = None, max_bytes: int = MAX_OUTPUT_BYTES
+) -> ParsedOutput:
     """Parse ``<stem>_out.csv``. Rows that do not parse are reported, not fatal, so good rows survive.
 
     Raises :class:`ProtocolError` when the file as a whole is unusable (missing, too big, not text, empty).
     """
     if not path.exists():
         raise ProtocolError(f"{path}: the benchmark wrote no output file")
+    if not path.is_file():
+        raise ProtocolError(f"{path}: the output is not a regular file")
     size = path.stat().st_size
-    if size > MAX_OUTPUT_BYTES:
-        raise ProtocolError(f"{path}: output is {size} bytes, over the {MAX_OUTPUT_BYTES}-byte limit")
+    if size > max_bytes:
+        raise ProtocolError(f"{path}: output is {size} bytes, over the {max_bytes}-byte limit")
     raw = path.read_bytes()
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as err:
-        raise ProtocolError(f"{path}: not UTF-8 text (byte {err.start}: {raw[err.start : err.start + 8]!r})") from err
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise ProtocolError(
+            f"{path}:{line}: not UTF-8 text (byte {err.start}: {raw[err.start : err.start + 8]!r})"
+        ) from err
     lines = text.splitlines()
     problems: list[str] = []
     unit = "ms"
@@ -137,6 +158,14 @@ def parse_output(path: Path, expected_ids: Iterable[int] | None = None) -> Parse
     factor = TIME_UNITS_TO_MS[unit]
     expected = set(expected_ids) if expected_ids is not None else None
     rows: dict[int, TimeStats] = {}
+    first_line: dict[int, int] = {}
+    by_id: dict[int, list[str]] = {}
+
+    def report(message: str, op_id: int | None = None) -> None:
+        problems.append(message)
+        if op_id is not None and (expected is None or op_id in expected):
+            by_id.setdefault(op_id, []).append(message)
+
     data = content[first_data:]
     if not data:
         raise ProtocolError(f"{path}: output has a header but no rows")
@@ -144,31 +173,34 @@ def parse_output(path: Path, expected_ids: Iterable[int] | None = None) -> Parse
         where = f"{path}:{lineno}"
         fields = [f.strip() for f in line.split(",")]
         if first_data and len(fields) != len(columns):
-            problems.append(f"{where}: {len(fields)} columns, the header has {len(columns)}: {line[:200]!r}")
+            report(
+                f"{where}: {len(fields)} columns, the header has {len(columns)}: {line[:200]!r}", _leading_id(fields)
+            )
             continue
         if not first_data and len(fields) != 2:
-            problems.append(f"{where}: expected 'id, time', got {len(fields)} columns: {line[:200]!r}")
+            report(f"{where}: expected 'id, time', got {len(fields)} columns: {line[:200]!r}", _leading_id(fields))
             continue
         try:
             op_id = int(fields[0])
         except ValueError:
-            problems.append(f"{where}: id {fields[0][:50]!r} is not an integer")
+            report(f"{where}: id {fields[0][:50]!r} is not an integer")
             continue
         try:
             values = {name: _number(v) for name, v in zip(columns[1:], fields[1:], strict=True)}
         except ValueError:
-            problems.append(f"{where}: id {op_id}: a time is not a number: {line[:200]!r}")
+            report(f"{where}: id {op_id}: a time is not a number: {line[:200]!r}", op_id)
             continue
         time_value = values["time"]
         if not math.isfinite(time_value) or time_value <= 0:
-            problems.append(f"{where}: id {op_id}: time {fields[1]!r} is not a finite positive number")
+            report(f"{where}: id {op_id}: time {fields[1][:50]!r} is not a finite positive number", op_id)
             continue
         if expected is not None and op_id not in expected:
-            problems.append(f"{where}: id {op_id} was never asked for")
+            report(f"{where}: id {op_id} was never asked for")
             continue
         if op_id in rows:
-            problems.append(f"{where}: id {op_id} appears more than once; the first row is kept")
+            report(f"{where}: id {op_id} appears more than once (first at line {first_line[op_id]})", op_id)
             continue
+        first_line[op_id] = lineno
         median = time_value * factor
 
         def stat(name: str, fallback: float, value_map: dict[str, float] = values) -> float:
@@ -186,7 +218,7 @@ def parse_output(path: Path, expected_ids: Iterable[int] | None = None) -> Parse
             iqr_ms=stat("iqr", 0.0),
             reps=max(reps, 1),
         )
-    return ParsedOutput(unit=unit, rows=rows, problems=problems)
+    return ParsedOutput(unit=unit, rows=rows, problems=problems, problems_by_id={k: tuple(v) for k, v in by_id.items()})
 
 
 def write_output(path: Path, rows: Iterable[tuple[int, TimeStats]], unit: str = "ms") -> None:
@@ -206,15 +238,25 @@ class ProcessResult:
     stdout: str
     stderr: str
     seconds: float
+    #: set when the program was stopped for writing too much: which stream and how many bytes
+    flooded: str = ""
 
     def describe_failure(self) -> str:
         if self.timed_out:
             return f"timed out after {self.seconds:.1f} s and was killed"
+        if self.flooded:
+            return f"wrote {self.flooded} and was stopped"
         if self.returncode is not None and self.returncode < 0:
             try:
                 name = signal.Signals(-self.returncode).name
             except ValueError:
                 name = f"signal {-self.returncode}"
+            if name == "SIGKILL":
+                # Nobody here sent it: on Linux that is almost always the kernel's out-of-memory killer.
+                return (
+                    "was killed by SIGKILL, most likely by the out-of-memory killer (see `dmesg`); "
+                    "try smaller shapes, a smaller batch_size or a lower measure.memory_fraction"
+                )
             return f"was killed by {name}"
         if self.returncode:
             return f"exited with status {self.returncode}"
@@ -238,11 +280,13 @@ def run_command(
     stderr_path: Path | None = None,
     on_poll: Callable[[], None] | None = None,
     poll_interval_s: float = 0.25,
+    max_log_bytes: int = MAX_LOG_BYTES,
 ) -> ProcessResult:
     """Run an argument list in its own process group; on timeout or interrupt kill the whole group.
 
     stdout and stderr go to files (not pipes), so a program that floods them can neither block nor
     exhaust memory; only the tail of each is kept (and written to ``stderr_path``, even on interrupt).
+    A program that writes more than ``max_log_bytes`` to either is stopped like one that timed out.
     """
     full_env = dict(os.environ)
     if env:
@@ -259,6 +303,7 @@ def run_command(
             start_new_session=True,
         )
         timed_out = False
+        flooded = ""
         deadline = start + timeout
         try:
             while True:
@@ -270,8 +315,13 @@ def run_command(
                         timed_out = True
                         kill_process_group(proc)
                         break
+                    flooded = _flooded(out, err, max_log_bytes)
+                    if flooded:
+                        kill_process_group(proc)
+                        break
                     if on_poll is not None:
                         on_poll()
+            _kill_leftovers(proc)
         except BaseException:
             kill_process_group(proc)
             raise
@@ -281,11 +331,37 @@ def run_command(
                 stderr_path.write_text(stderr, encoding="utf-8")
         seconds = time.perf_counter() - start
         stdout = _read_tail(out)
-    return ProcessResult(returncode=proc.returncode, timed_out=timed_out, stdout=stdout, stderr=stderr, seconds=seconds)
+    return ProcessResult(
+        returncode=proc.returncode,
+        timed_out=timed_out,
+        stdout=stdout,
+        stderr=stderr,
+        seconds=seconds,
+        flooded=flooded,
+    )
+
+
+def _flooded(out: IO[bytes], err: IO[bytes], limit: int) -> str:
+    for name, handle in (("stdout", out), ("stderr", err)):
+        size = os.fstat(handle.fileno()).st_size
+        if size > limit:
+            return f"{size} bytes to {name}, over the {limit}-byte limit,"
+    return ""
+
+
+def _kill_leftovers(proc: subprocess.Popen) -> None:
+    """Children the program started and left running die with it: a sweep leaves no orphans."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def kill_process_group(proc: subprocess.Popen, grace: float = 2.0) -> None:
-    """SIGTERM the child's process group, then SIGKILL what is left after ``grace`` seconds."""
+    """SIGTERM the child's process group, then SIGKILL what is left after ``grace`` seconds.
+
+    The group is killed even when a second Ctrl-C interrupts the grace period, and grandchildren that
+    outlive the leader are killed too (the group id stays valid while any member lives)."""
     try:
         os.killpg(proc.pid, signal.SIGTERM)
     except ProcessLookupError:
@@ -294,8 +370,9 @@ def kill_process_group(proc: subprocess.Popen, grace: float = 2.0) -> None:
         proc.wait(timeout=grace)
     except subprocess.TimeoutExpired:
         pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlbench.align import AlignmentError, align_operation
-from dlbench.model import Measurement, Operation, SweepResult
+from dlbench.model import Measurement, Operation, SweepResult, TimeStats
 from dlbench.protocol import (
     ProcessResult,
     ProtocolError,
@@ -33,6 +33,10 @@ class RunSettings:
     device: str = "cpu"
     dtype: str = "float32"
     timeout_s: float = 600.0
+    #: seconds one operation may take, warm-up and repetitions (0: no limit)
+    op_budget_s: float = 0.0
+    #: skip an operation whose tensors would need more than this fraction of the free device memory
+    memory_fraction: float = 0.8
 
     def environment(self) -> dict[str, str]:
         env = {
@@ -43,6 +47,8 @@ class RunSettings:
             "DLBENCH_THREADS": str(self.threads),
             "DLBENCH_DEVICE": self.device,
             "DLBENCH_DTYPE": self.dtype,
+            "DLBENCH_OP_BUDGET_S": repr(float(self.op_budget_s)),
+            "DLBENCH_MEMORY_FRACTION": repr(float(self.memory_fraction)),
         }
         if self.threads > 0:
             env["OMP_NUM_THREADS"] = str(self.threads)
@@ -59,9 +65,6 @@ class SweepFiles:
 def sweep_files(workdir: Path, stem: str) -> SweepFiles:
     input_csv = workdir / f"{stem}.csv"
     return SweepFiles(input_csv, output_path_for(input_csv), workdir / f"{stem}_stderr.txt")
-
-
-_PROBLEM_ID = re.compile(r":\d+: id (-?\d+)\b")
 
 
 def _stderr_lines_about(stderr: str, op_id: int) -> str:
@@ -100,6 +103,7 @@ def measure_operations(
     files.output_csv.unlink(missing_ok=True)
     command = [*benchmark.command, str(files.input_csv)]
     interrupted = False
+    start_error = ""
     try:
         process = run_command(
             command,
@@ -113,30 +117,34 @@ def measure_operations(
         interrupted = True
         stderr = files.stderr_txt.read_text(errors="replace") if files.stderr_txt.exists() else ""
         process = ProcessResult(returncode=None, timed_out=False, stdout="", stderr=stderr, seconds=0.0)
+    except OSError as err:  # the program could not start at all: not executable, bad interpreter line
+        files.stderr_txt.write_text(f"{err}\n", encoding="utf-8")
+        process = ProcessResult(returncode=None, timed_out=False, stdout="", stderr=str(err), seconds=0.0)
+        start_error = f"could not be started: {err}"
+    else:
+        start_error = ""
     exe = " ".join(benchmark.command[:3]) if benchmark.command[0] == sys.executable else benchmark.command[0]
-    failure = "was interrupted" if interrupted else process.describe_failure()
+    failure = "was interrupted" if interrupted else start_error or process.describe_failure()
     run_errors = [f"{benchmark.name} ({exe}) {failure}"] if failure else []
     expected = [op_id for op_id, _ in rows]
-    parsed_rows = {}
+    parsed_rows: dict[int, TimeStats] = {}
     problems: list[str] = []
+    problems_by_id: dict[int, list[str]] = {}
     try:
         parsed = parse_output(files.output_csv, expected)
         parsed_rows, problems = dict(parsed.rows), list(parsed.problems)
+        problems_by_id = {k: list(v) for k, v in parsed.problems_by_id.items()}
     except ProtocolError as err:
-        run_errors.append(f"{benchmark.name} ({exe}): {err}")
-    expected_set = set(expected)
-    problems_by_id: dict[int, list[str]] = {}
-    unexplained: list[str] = []
-    for problem in problems:
-        match = _PROBLEM_ID.search(problem)
-        op_id = int(match.group(1)) if match else None
-        if op_id is not None and op_id in expected_set:
-            problems_by_id.setdefault(op_id, []).append(problem)
-        else:
-            unexplained.append(problem)
+        if not (interrupted and not files.output_csv.exists()):
+            run_errors.append(f"{benchmark.name} ({exe}): {err}")
+    attributed = {p for found in problems_by_id.values() for p in found}
+    unexplained = [p for p in problems if p not in attributed]
     for op_id in expected:
         if op_id in parsed_rows and op_id not in problems_by_id:
             measurements[op_id] = Measurement(op_id, parsed_rows[op_id])
+            continue
+        if interrupted and op_id not in problems_by_id:
+            measurements[op_id] = Measurement(op_id, None, "not measured: the sweep was interrupted")
             continue
         reason = "; ".join(problems_by_id.get(op_id, [])) or f"no result row for id {op_id} in {files.output_csv}"
         hint = _stderr_lines_about(process.stderr, op_id)

@@ -1,4 +1,5 @@
-"""Honest repeated timing of a callable: warm-up, then repeat until a minimum count and time are met."""
+"""Honest repeated timing of a callable: warm-up, then repeat until a minimum count and time are met,
+unless the operation's time budget runs out first."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ class TimingSettings:
     min_reps: int = 10
     max_reps: int = 1000
     min_time_s: float = 0.2
+    #: seconds one operation may take, warm-up included; 0: no limit. At least one timed sample is
+    #: always taken, so a spent budget shortens the measurement but never empties it.
+    budget_s: float = 0.0
 
     @classmethod
     def from_env(cls) -> TimingSettings:
@@ -25,25 +29,53 @@ class TimingSettings:
             min_reps=int(os.environ.get("DLBENCH_MIN_REPS", d.min_reps)),
             max_reps=int(os.environ.get("DLBENCH_MAX_REPS", d.max_reps)),
             min_time_s=float(os.environ.get("DLBENCH_MIN_TIME_S", d.min_time_s)),
+            budget_s=float(os.environ.get("DLBENCH_OP_BUDGET_S", d.budget_s)),
         )
 
 
-def time_callable(
+@dataclass(frozen=True)
+class Timing:
+    """The statistics, and whether the time budget stopped the repetitions early."""
+
+    stats: TimeStats
+    budget_spent: bool
+
+
+def time_repeated(
     fn: Callable[[], object], settings: TimingSettings, synchronize: Callable[[], None] | None = None
-) -> TimeStats:
+) -> Timing:
     """Time ``fn`` per call. ``synchronize`` (e.g. ``torch.cuda.synchronize``) runs inside each timed
     interval so asynchronous devices are measured to completion, not to kernel launch."""
     sync = synchronize or (lambda: None)
+    started = time.perf_counter()
+    budget = settings.budget_s if settings.budget_s > 0 else float("inf")
+
+    def spent() -> bool:
+        return time.perf_counter() - started >= budget
+
     for _ in range(settings.warmup):
+        if spent():
+            break
         fn()
     sync()
     samples: list[float] = []
     total = 0.0
+    budget_spent = False
     while len(samples) < settings.max_reps and (len(samples) < settings.min_reps or total < settings.min_time_s):
+        if samples and spent():
+            budget_spent = True
+            break
         start = time.perf_counter_ns()
         fn()
         sync()
         elapsed_ms = (time.perf_counter_ns() - start) / 1e6
         samples.append(elapsed_ms)
         total += elapsed_ms / 1e3
-    return TimeStats.from_samples(samples)
+    return Timing(TimeStats.from_samples(samples), budget_spent)
+
+
+def time_callable(
+    fn: Callable[[], object], settings: TimingSettings, synchronize: Callable[[], None] | None = None
+) -> TimeStats:
+    """:func:`time_repeated`, statistics only."""
+    return time_repeated(fn, settings, synchronize).stats

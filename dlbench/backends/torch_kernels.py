@@ -1,6 +1,7 @@
 """PyTorch operator kernels behind the executable protocol: ``python -m dlbench.backends.torch_kernels
 OP INPUT.csv``. Each operator builds its tensors once per row, then times only the operator itself
-(forward, or the aten backward op training runs), with the device synchronised."""
+(forward, or the aten backward op training runs), with the device synchronised. A row whose tensors
+would not fit in ``DLBENCH_MEMORY_FRACTION`` of the free memory is skipped before anything is allocated."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from dlbench.backends.timing import TimingSettings, time_callable
+from dlbench.backends.timing import TimingSettings, time_repeated
 from dlbench.ops import DESCRIPTORS
 from dlbench.protocol import output_path_for, read_input
 
@@ -218,6 +219,83 @@ KERNELS: dict[str, Kernel] = {
 }
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+INDEX_BYTES = 8  # int64 indices of max pooling
+
+
+def _out_size(size: int, kernel: int, pad_total: int, stride: int, dilation: int = 1) -> int:
+    return max(1, (size + pad_total - dilation * (kernel - 1) - 1) // max(stride, 1) + 1)
+
+
+def tensor_bytes(op_type: str, p: dict[str, float], element_size: int) -> int:
+    """An upper estimate of the bytes the kernel for ``op_type`` allocates for one row: inputs, outputs,
+    gradients and the temporaries made while building them. Invalid parameters raise UnsupportedRow."""
+    if op_type in ("Gemm", "MatMul"):
+        _positive(p, "M", "K", "N", "batch")
+        m, k, n, batch = _i(p, "M"), _i(p, "K"), _i(p, "N"), _i(p, "batch", 1)
+        return batch * (m * k + k * n + m * n) * element_size
+    n, c, h, w = _shape4(p)
+    x = n * c * h * w
+    mode = _i(p, "mode", 0)
+    if op_type == "Conv":
+        _positive(p, "K")
+        kernel, strides, pads, dil = _window(p)
+        k, groups = _i(p, "K"), max(_i(p, "group", 1), 1)
+        padded = n * c * (h + pads[0] + pads[2]) * (w + pads[1] + pads[3])
+        weight = k * max(c // groups, 1) * kernel[0] * kernel[1]
+        ho = _out_size(h, kernel[0], pads[0] + pads[2], strides[0], dil[0])
+        wo = _out_size(w, kernel[1], pads[1] + pads[3], strides[1], dil[1])
+        out = n * k * ho * wo
+        elements = x + padded + weight + out if mode == 0 else x + padded + weight + 2 * out + max(padded, weight)
+        return elements * element_size
+    if op_type in ("MaxPool", "AveragePool"):
+        kernel, strides, pads, _ = _window(p)
+        padded = n * c * (h + pads[0] + pads[2]) * (w + pads[1] + pads[3])
+        ho = _out_size(h, kernel[0], pads[0] + pads[2], strides[0])
+        wo = _out_size(w, kernel[1], pads[1] + pads[3], strides[1])
+        out = n * c * ho * wo
+        indices = 2 * out * INDEX_BYTES if op_type == "MaxPool" else 0
+        return (x + 2 * padded + 3 * out) * element_size + indices
+    if op_type == "Add":
+        b_shape = _shape4(p, "_b")
+        b = b_shape[0] * b_shape[1] * b_shape[2] * b_shape[3]
+        out = max(n, b_shape[0]) * max(c, b_shape[1]) * max(h, b_shape[2]) * max(w, b_shape[3])
+        return (x + b + out) * element_size
+    # elementwise and normalisations: input, output, and in backward a gradient and a saved result
+    return (2 if mode == 0 or op_type == "GlobalAveragePool" else 4) * x * element_size
+
+
+def free_memory(device: torch.device) -> int:
+    """Bytes that can be allocated now on ``device`` without swapping or an out-of-memory kill."""
+    if device.type == "cuda":
+        return int(torch.cuda.mem_get_info(device)[0])
+    import psutil
+
+    return int(psutil.virtual_memory().available)
+
+
+def _size(n_bytes: float) -> str:
+    for unit, factor in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n_bytes >= factor:
+            return f"{n_bytes / factor:.1f} {unit}"
+    return f"{int(n_bytes)} B"
+
+
+def memory_problem(needed: int, free: int, fraction: float) -> str:
+    """Why a row is skipped, or empty when ``needed`` bytes fit in ``fraction`` of ``free``."""
+    if needed <= fraction * free:
+        return ""
+    return f"needs {_size(needed)}, over {fraction:.0%} of the {_size(free)} free; skipped"
+
+
+def _memory_fraction_from_env() -> float:
+    text = os.environ.get("DLBENCH_MEMORY_FRACTION", "0.8")
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise SystemExit(f"DLBENCH_MEMORY_FRACTION={text!r}: use a fraction in (0, 1]")
+    return value
 
 
 def _device_from_env() -> torch.device:
@@ -246,6 +324,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     dtype = DTYPES[dtype_name]
     settings = TimingSettings.from_env()
+    memory_fraction = _memory_fraction_from_env()
+    element_size = torch.empty((), dtype=dtype).element_size()
     sync = torch.cuda.synchronize if device.type == "cuda" else None
     try:
         rows = read_input(input_path)
@@ -262,13 +342,27 @@ def main(argv: list[str] | None = None) -> int:
                     raise UnsupportedRow(
                         f"{len(values)} parameters, {op_type} takes {len(descriptors)}: {', '.join(descriptors)}"
                     )
-                fn = KERNELS[op_type](dict(zip(descriptors, values, strict=True)), device, dtype)
-                stats = time_callable(fn, settings, sync)
-            except (UnsupportedRow, RuntimeError) as err:
+                params = dict(zip(descriptors, values, strict=True))
+                skip = memory_problem(tensor_bytes(op_type, params, element_size), free_memory(device), memory_fraction)
+                if skip:
+                    failed += 1
+                    print(f"id {op_id}: {skip}", file=sys.stderr, flush=True)
+                    continue
+                fn = KERNELS[op_type](params, device, dtype)
+                timing = time_repeated(fn, settings, sync)
+                del fn  # free this row's tensors before the next row is sized
+            except (UnsupportedRow, RuntimeError, MemoryError) as err:
                 failed += 1
                 print(f"id {op_id}: {op_type} cannot run: {err}", file=sys.stderr, flush=True)
                 continue
-            s = stats
+            s = timing.stats
+            if timing.budget_spent:
+                print(
+                    f"id {op_id}: time budget of {settings.budget_s:g} s spent after {s.reps} repetitions "
+                    f"(min_reps {settings.min_reps}); the measurement is kept",
+                    file=sys.stderr,
+                    flush=True,
+                )
             out.write(
                 f"{op_id},{s.median_ms!r},{s.min_ms!r},{s.max_ms!r},{s.mean_ms!r},{s.std_ms!r},{s.iqr_ms!r},{s.reps}\n"
             )
