@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import functools
+import json
 import os
 import platform
 import re
 import shutil
 import socket
 import subprocess
+import sys
+from importlib import metadata
 from pathlib import Path
 
 from dlbench import PROJECT_ROOT, __version__
@@ -37,11 +40,22 @@ def _git_commit() -> str:
     return out.stdout.strip()
 
 
+def _package_version(name: str) -> str:
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return ""
+
+
 @functools.cache
 def hardware_tags() -> dict[str, str]:
-    """CPU, GPU, host, OS and library versions; torch is imported here, so call it off the hot path."""
+    """CPU, GPU, host, OS and library versions.
+
+    torch is not imported for this (it costs seconds): versions come from package metadata and the GPU from
+    ``nvidia-smi``; details only a live torch knows (oneDNN version, threads, CUDA) are added when torch is
+    already loaded in this process.
+    """
     import psutil
-    import torch
 
     tags = {
         "host.name": socket.gethostname(),
@@ -53,38 +67,83 @@ def hardware_tags() -> dict[str, str]:
         "cpu.affinity": str(len(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else "",
         "memory.total_gib": f"{psutil.virtual_memory().total / 2**30:.1f}",
         "python.version": platform.python_version(),
-        "torch.version": torch.__version__,
-        "torch.num_threads": str(torch.get_num_threads()),
+        "torch.version": _package_version("torch"),
+        "mlflow.version": _package_version("mlflow"),
         "dlbench.version": __version__,
         "dlbench.git_commit": _git_commit(),
     }
-    match = re.search(r"(?:oneDNN\)|MKL-DNN)\s*(v[\d.]+)", torch.__config__.show())
-    if match:
-        tags["onednn.version"] = match.group(1)
-    if torch.cuda.is_available():
-        props = torch.cuda.get_device_properties(0)
-        tags["gpu.name"] = props.name
-        tags["gpu.count"] = str(torch.cuda.device_count())
-        tags["gpu.memory_gib"] = f"{props.total_memory / 2**30:.1f}"
-        tags["cuda.version"] = str(torch.version.cuda)
-        tags["cudnn.version"] = str(torch.backends.cudnn.version())
-        tags["gpu.driver"] = _nvidia_driver()
+    tags.update(_nvidia_smi())
+    tags.update(torch_build_tags())
     tags["system.id"] = f"{tags['host.name']}|{tags['cpu.model']}|{tags.get('gpu.name', 'no-gpu')}"
     return {k: v for k, v in tags.items() if v}
 
 
-def _nvidia_driver() -> str:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return ""
+def _torch_build_info() -> dict[str, str]:
+    """What only an imported torch can tell: its oneDNN, CUDA and cuDNN versions and default threads."""
+    import torch
+
+    info = {"torch.num_threads": str(torch.get_num_threads())}
+    match = re.search(r"(?:oneDNN\)|MKL-DNN)\s*(v[\d.]+)", torch.__config__.show())
+    if match:
+        info["onednn.version"] = match.group(1)
+    if torch.cuda.is_available():
+        info["cuda.version"] = str(torch.version.cuda)
+        info["cudnn.version"] = str(torch.backends.cudnn.version())
+    return info
+
+
+def torch_build_tags() -> dict[str, str]:
+    """:func:`_torch_build_info`, from this process when torch is loaded, else from a per-host cache filled
+    once by a helper process (importing torch costs seconds that a sweep should not pay every time)."""
+    if "torch" in sys.modules:
+        return _torch_build_info()
+    key = f"{socket.gethostname()}-py{platform.python_version()}-torch{_package_version('torch')}"
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "dlbench" / f"torch-{key}.json"
+    try:
+        return {str(k): str(v) for k, v in json.loads(cache.read_text()).items()}
+    except (OSError, ValueError):
+        pass
     try:
         out = subprocess.run(  # noqa: S603 - fixed argument list
-            [smi, "--query-gpu=driver_version", "--format=csv,noheader"],
+            [sys.executable, "-c", "import json, dlbench.system as s; print(json.dumps(s._torch_build_info()))"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+        info = json.loads(out.stdout.strip().splitlines()[-1])
+    except (OSError, subprocess.SubprocessError, ValueError, IndexError):
+        return {}
+    try:
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_text(json.dumps(info))
+    except OSError:
+        pass
+    return info
+
+
+def _nvidia_smi() -> dict[str, str]:
+    """GPU name, count, memory and driver from ``nvidia-smi``; empty where there is none."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return {}
+    try:
+        out = subprocess.run(  # noqa: S603 - fixed argument list
+            [smi, "--query-gpu=name,memory.total,driver_version", "--format=csv,noheader,nounits"],
             capture_output=True,
             text=True,
             timeout=10,
             check=False,
         )
     except (OSError, subprocess.SubprocessError):
-        return ""
-    return out.stdout.strip().splitlines()[0] if out.stdout.strip() else ""
+        return {}
+    lines = [line.split(",") for line in out.stdout.strip().splitlines() if line.count(",") == 2]
+    if not lines:
+        return {}
+    name, memory_mib, driver = (part.strip() for part in lines[0])
+    return {
+        "gpu.name": name,
+        "gpu.count": str(len(lines)),
+        "gpu.memory_gib": f"{float(memory_mib) / 1024:.1f}" if memory_mib.replace(".", "").isdigit() else "",
+        "gpu.driver": driver,
+    }
