@@ -1,0 +1,168 @@
+"""task=extract and task=benchmark_model as users run them, tracked in a real SQLite MLflow store."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import io
+import json
+import tempfile
+from pathlib import Path
+
+import pytest
+from helpers import FAST, Store, artifact_text, mlflow_runs, run_dlbench, write_fake_benchmark
+from mlflow.tracking import MlflowClient
+from onnx_models import exported
+
+from dlbench import CONF_DIR
+from dlbench.app import AppContext, TaskFailed
+from dlbench.config import DlbenchConfig, MlflowConfig
+from dlbench.extract import extract_operations
+from dlbench.opdb import deduplicate, read_operations
+from dlbench.tasks.benchmark_model import EXTRACTION_RUN_TAG, benchmark_model
+from dlbench.unfold import load_table
+
+GEMM = ("M", "K", "N", "transA", "transB", "batch")
+
+
+def fake_backend(directory: Path) -> Path:
+    """A config directory with prebuilt 'custom' benchmarks for Gemm/MatMul and Relu (fast, no torch)."""
+    write_fake_benchmark(directory, name="fake_gemm", synonyms=("Gemm", "MatMul"), param_descr=GEMM)
+    return write_fake_benchmark(directory, name="fake_relu")
+
+
+def results(store: Store, run_id: str) -> list[dict[str, str]]:
+    return list(csv.DictReader(io.StringIO(artifact_text(store, run_id, "results.csv"))))
+
+
+def test_extract_prints_the_table_and_logs_one_run_with_the_database(tmp_path: Path, store: Store) -> None:
+    model = exported("mlp")
+    result = run_dlbench("task=extract", f"model={model}", "batch_size=32", cwd=tmp_path, store=store)
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(
+        line.split() == ["0", "Gemm", "1", "forward", "M=32;K=784;N=256;transA=0;transB=1;batch=1"] for line in lines
+    )
+    (run,) = mlflow_runs(store)
+    assert run.info.status == "FINISHED"
+    params = run.data.params
+    assert params["model"] == "mlp" and params["batch_size"] == "32"
+    assert params["model_sha256"] == hashlib.sha256(model.read_bytes()).hexdigest()
+    assert params["nodes.Gemm"] == "3" and params["nodes.Relu"] == "2" and int(params["opset"]) >= 13
+    assert run.data.tags["dlbench.model"] == "mlp" and run.data.tags["dlbench.kind"] == "extraction"
+    with tempfile.TemporaryDirectory() as tmp:
+        path = MlflowClient(tracking_uri=store.uri).download_artifacts(run.info.run_id, "mlp_operations.csv", tmp)
+        assert read_operations(path) == deduplicate(extract_operations(model, 32).operations())
+    counts = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "node_counts.csv"))))
+    assert {(r["op_type"], r["nodes"]) for r in counts} == {("Gemm", "3"), ("Relu", "2")}
+
+
+def test_extract_of_a_missing_model_fails_naming_the_file(tmp_path: Path, store: Store) -> None:
+    result = run_dlbench("task=extract", "model=nowhere/model.onnx", cwd=tmp_path, store=store)
+    assert result.returncode != 0
+    assert "nowhere/model.onnx: no such ONNX file" in result.stderr + result.stdout
+
+
+def test_benchmark_model_runs_each_serving_benchmark_once_under_the_extraction_run(
+    tmp_path: Path, store: Store
+) -> None:
+    conf = fake_backend(tmp_path / "conf")
+    model = exported("resnet")
+    result = run_dlbench(
+        "task=benchmark_model", f"model={model}", "batch_size=4", "backend=custom", *FAST,
+        "--config-dir", str(conf), cwd=tmp_path, store=store,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    runs = mlflow_runs(store)
+    [parent] = [
+        r for r in runs if r.data.tags["dlbench.kind"] == "model_benchmark" and "mlflow.parentRunId" not in r.data.tags
+    ]
+    children = {r.data.params["implementation"]: r for r in runs if r.info.run_id != parent.info.run_id}
+    assert set(children) == {"fake_gemm", "fake_relu"}
+    for child in children.values():
+        assert child.info.status == "FINISHED"
+        assert child.data.tags[EXTRACTION_RUN_TAG] == parent.info.run_id
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+    relu_rows = results(store, children["fake_relu"].info.run_id)
+    # 4 distinct ReLU problems (one per stage width and the stem) cover the 13 ReLU nodes
+    assert len(relu_rows) == 4 and sum(int(r["count"]) for r in relu_rows) == 13
+    assert sum(len(r["nodes"].split(";")) for r in relu_rows) == 13
+    assert all(r["status"] == "ok" and r["pass"] == "forward" for r in relu_rows)
+    [gemm_row] = results(store, children["fake_gemm"].info.run_id)
+    assert (gemm_row["p.M"], gemm_row["p.K"], gemm_row["p.N"], gemm_row["nodes"]) == ("4", "64", "10", "/head/Gemm")
+    coverage = list(csv.DictReader(io.StringIO(artifact_text(store, parent.info.run_id, "coverage.csv"))))
+    status = {r["op_type"]: (r["status"], int(r["nodes"])) for r in coverage}
+    assert status["Conv"] == ("no benchmark", 15) and status["Relu"] == ("served", 13)
+    assert parent.data.metrics["nodes_served_fraction"] == pytest.approx((13 + 1) / 53)
+    assert "Conv" in result.stdout and "28.3%" in result.stdout  # 15 of 53 nodes
+
+
+def context(tmp_path: Path, conf: Path) -> AppContext:
+    return AppContext(config_dirs=(CONF_DIR, conf), start_dir=tmp_path, output_dir=tmp_path / "out")
+
+
+def test_unfolded_model_measures_backward_problems_naming_their_forward_nodes(tmp_path: Path, store: Store) -> None:
+    conf = fake_backend(tmp_path / "conf")
+    cfg = DlbenchConfig(
+        task="benchmark_model",
+        model=str(exported("mlp")),
+        batch_size=16,
+        backend="custom",
+        quiet=True,
+        mlflow=MlflowConfig(tracking_uri=store.uri, experiment=store.experiment),
+    )
+    assert benchmark_model(cfg, context(tmp_path, conf), load_table()) == 0
+    runs = {r.data.params.get("implementation", "parent"): r for r in mlflow_runs(store)}
+    rows = results(store, runs["fake_gemm"].info.run_id)
+    passes = [(r["pass"], r["p.M"], r["p.K"], r["p.N"], r["nodes"]) for r in rows]
+    assert ("forward", "16", "784", "256", "/layers/layers.0/Gemm") in passes
+    assert ("backward_a", "16", "256", "784", "/layers/layers.0/Gemm") in passes  # dX = dY @ W
+    assert ("backward_b", "256", "16", "784", "/layers/layers.0/Gemm") in passes  # dW = dY^T @ X
+    assert len(rows) == 9
+    relu = results(store, runs["fake_relu"].info.run_id)
+    assert sorted(r["p.mode"] for r in relu) == ["0", "0", "1", "1"]
+    assert runs["parent"].data.params["unfold"] == "True"
+    database = artifact_text(store, runs["parent"].info.run_id, "mlp_operations.csv")
+    assert "backward_b" in database and json.dumps("/layers/layers.0/Gemm") in database.replace('""', '"')
+
+
+def test_a_failing_benchmark_fails_the_task_but_keeps_the_others(tmp_path: Path, store: Store) -> None:
+    conf = tmp_path / "conf"
+    write_fake_benchmark(conf, name="fake_gemm", synonyms=("Gemm",), param_descr=GEMM, behaviour="exit_3")
+    write_fake_benchmark(conf, name="fake_relu")
+    cfg = DlbenchConfig(
+        task="benchmark_model",
+        model=str(exported("mlp")),
+        backend="custom",
+        quiet=True,
+        mlflow=MlflowConfig(tracking_uri=store.uri, experiment=store.experiment),
+    )
+    with pytest.raises(TaskFailed, match="fake_gemm"):
+        benchmark_model(cfg, context(tmp_path, conf))
+    status = {r.data.params.get("implementation", "parent"): r.info.status for r in mlflow_runs(store)}
+    assert status == {"parent": "FINISHED", "fake_gemm": "FAILED", "fake_relu": "FINISHED"}
+
+
+def test_a_backend_that_serves_nothing_is_an_error_listing_the_operators(tmp_path: Path, store: Store) -> None:
+    cfg = DlbenchConfig(
+        task="benchmark_model",
+        model=str(exported("mlp")),
+        backend="nobody",
+        quiet=True,
+        mlflow=MlflowConfig(tracking_uri=store.uri, experiment=store.experiment),
+    )
+    with pytest.raises(TaskFailed, match=r"no available 'nobody' benchmark on cpu serves any operator of .*mlp\.onnx"):
+        benchmark_model(cfg, context(tmp_path, tmp_path))
+
+
+@pytest.mark.slow
+def test_benchmark_model_with_the_torch_backend_measures_real_kernels(tmp_path: Path, store: Store) -> None:
+    result = run_dlbench(
+        "task=benchmark_model", f"model={exported('mlp')}", "batch_size=8", "backend=torch", *FAST,
+        cwd=tmp_path, store=store,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    runs = {r.data.params.get("implementation", "parent"): r for r in mlflow_runs(store)}
+    assert {"torch_gemm", "torch_relu"} <= set(runs)
+    rows = results(store, runs["torch_gemm"].info.run_id)
+    assert len(rows) == 3 and all(r["status"] == "ok" and float(r["median_ms"]) > 0 for r in rows)
