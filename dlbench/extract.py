@@ -586,6 +586,11 @@ class _CannotDescribe(Exception):
     pass
 
 
+class _NoCanonicalForm(Exception):
+    """A known operator in a form the canonical descriptors do not cover (e.g. a 3-D convolution): it is
+    described like an unknown operator instead."""
+
+
 def _nchw(shape: Shape) -> Shape:
     """Rank 4 for elementwise operators: leading 1s for lower ranks, leading dims folded into N above."""
     if len(shape) <= 4:
@@ -649,7 +654,7 @@ def _conv(shapes: Sequence[Shape | None], attrs: Mapping[str, Any], mode: int) -
     if x is None or w is None:
         raise _CannotDescribe("input or weight shape unknown")
     if len(x) not in (3, 4):
-        raise _CannotDescribe(f"only 1-D and 2-D convolutions have canonical descriptors, input {list(x)}")
+        raise _NoCanonicalForm(f"only 1-D and 2-D convolutions have canonical descriptors, input {list(x)}")
     kernel = list(attrs.get("kernel_shape") or w[2:])
     rank = len(kernel)
     pads, strides, dilations = _window(attrs, x[2:], kernel, "Conv")
@@ -677,7 +682,7 @@ def _pool(shapes: Sequence[Shape | None], attrs: Mapping[str, Any], op_type: str
     if x is None:
         raise _CannotDescribe("input shape unknown")
     if len(x) not in (3, 4):
-        raise _CannotDescribe(f"only 1-D and 2-D pooling has canonical descriptors, input {list(x)}")
+        raise _NoCanonicalForm(f"only 1-D and 2-D pooling has canonical descriptors, input {list(x)}")
     kernel = list(attrs.get("kernel_shape") or [])
     if len(kernel) != len(x) - 2:
         raise _CannotDescribe(f"{op_type}: kernel_shape {kernel} does not fit input {list(x)}")
@@ -840,7 +845,10 @@ def extract_operations(
             attrs = dict(readable)
             params = None
             if node.domain in ("", "ai.onnx"):
-                params = _describe_known(node.op_type, in_shapes, attrs, opset, training)
+                try:
+                    params = _describe_known(node.op_type, in_shapes, attrs, opset, training)
+                except _NoCanonicalForm as err:
+                    notes.append(f"node {name!r} ({node.op_type}): {err}; described by position")
             if params is None:
                 params = _describe_unknown(in_shapes, list(node.input), tuple(flat_attrs))
         except (_UnhandledAttribute, _CannotDescribe) as err:

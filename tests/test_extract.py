@@ -8,8 +8,10 @@ from pathlib import Path
 
 import onnx
 import pytest
+import torch
 from onnx import helper
-from onnx_models import exported
+from onnx_models import export, exported
+from torch import nn
 
 from dlbench.extract import ExtractionError, extract_operations
 from dlbench.opdb import deduplicate
@@ -352,3 +354,57 @@ def test_cost_is_reported_for_known_operators_only(encoder):
     assert all(op.flops is None for op in operations if op.op_type == "Transpose")
     total = sum(op.flops for op in known)
     assert math.isclose(total, 2 * (2 * 16**3 * BATCH * 4 + BATCH * 16 * 64 * (192 + 64 + 256 + 256)))
+
+
+class Convolutions(nn.Module):
+    """A 1-D convolution with SAME padding and a 3-D one: the first maps onto the 2-D descriptors with H=1,
+    the second has no canonical form."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1d = nn.Conv1d(4, 8, 5, stride=2, padding=2)
+        self.conv3d = nn.Conv3d(2, 3, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = self.conv1d(x)  # (N, 8, 10)
+        return self.conv3d(y.reshape(-1, 2, 4, 2, 5))
+
+
+def test_one_dimensional_convolution_uses_h_1_and_three_dimensional_is_described_by_position(tmp_path: Path):
+    path = export(Convolutions(), torch.randn(2, 4, 20), tmp_path / "convs.onnx")
+    extraction = extract_operations(path, 6)
+    conv1d, conv3d = by_type(extraction, "Conv")
+    p = dict(conv1d.params)
+    assert (p["N"], p["C"], p["H"], p["W"], p["K"]) == (6, 4, 1, 20, 8)
+    assert (p["kernel_shape_0"], p["kernel_shape_1"], p["strides_0"], p["strides_1"]) == (1, 5, 1, 2)
+    assert (p["pads_0"], p["pads_1"], p["pads_2"], p["pads_3"]) == (0, 2, 0, 2)
+    assert [v for d, v in conv3d.params if d == "?"][:5] == [6, 2, 4, 2, 5]  # the activation comes first
+    assert dict(conv3d.params)["kernel_shape_2"] == 2
+    assert any("only 1-D and 2-D convolutions" in note for note in extraction.notes)
+
+
+def test_auto_pad_same_upper_becomes_explicit_pads(tmp_path: Path):
+    model = onnx.load(
+        str(export(nn.Conv2d(3, 4, 3, stride=2, padding=1), torch.randn(1, 3, 9, 9), tmp_path / "c.onnx"))
+    )
+    [conv] = [n for n in model.graph.node if n.op_type == "Conv"]
+    kept = [a for a in conv.attribute if a.name not in ("pads",)]
+    del conv.attribute[:]
+    conv.attribute.extend([*kept, helper.make_attribute("auto_pad", "SAME_UPPER")])
+    onnx.save(model, str(tmp_path / "same.onnx"))
+    p = dict(by_type(extract_operations(tmp_path / "same.onnx", 2), "Conv")[0].params)
+    # out = ceil(9 / 2) = 5; total pad = (5 - 1) * 2 + 3 - 9 = 2, split evenly
+    assert (p["pads_0"], p["pads_1"], p["pads_2"], p["pads_3"]) == (1, 1, 1, 1)
+
+
+def test_symbolic_inference_of_onnxruntime_resolves_what_onnx_leaves_open():
+    from dlbench import extract as extraction_module
+
+    model, _ = extraction_module._load(exported("encoder"))
+    light, weights = extraction_module._light_model(model)
+    extraction_module._set_batch(light, BATCH, exported("encoder"), weights)
+    inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
+    assert extraction_module._value_shapes(inferred.graph)["/Reshape_output_0"] is None
+    notes: list[str] = []
+    symbolic = extraction_module._symbolic_shapes(inferred, notes)
+    assert notes == [] and symbolic["/Reshape_output_0"] == (BATCH, 16, 4, 16)
