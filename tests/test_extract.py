@@ -408,3 +408,22 @@ def test_symbolic_inference_of_onnxruntime_resolves_what_onnx_leaves_open():
     notes: list[str] = []
     symbolic = extraction_module._symbolic_shapes(inferred, notes)
     assert notes == [] and symbolic["/Reshape_output_0"] == (BATCH, 16, 4, 16)
+
+
+def test_a_weight_with_too_few_bytes_is_named(tmp_path: Path):
+    model = onnx.load(str(exported("mlp")))
+    weight = model.graph.initializer[0]
+    weight.raw_data = weight.raw_data[:100]
+    onnx.save(model, str(tmp_path / "damaged.onnx"))
+    with pytest.raises(ExtractionError, match=rf"damaged\.onnx: weight '{weight.name}' holds fewer than"):
+        extract_operations(tmp_path / "damaged.onnx", BATCH)
+
+
+def test_weights_beside_the_model_are_not_needed_for_shapes_but_must_exist(tmp_path: Path):
+    model = onnx.load(str(exported("mlp")))
+    onnx.save(model, str(tmp_path / "ext.onnx"), save_as_external_data=True, location="ext.data", size_threshold=0)
+    extraction = extract_operations(tmp_path / "ext.onnx", BATCH)
+    assert [dict(n.params)["K"] for n in by_type(extraction, "Gemm")] == [784, 256, 128]
+    (tmp_path / "ext.data").unlink()
+    with pytest.raises(ExtractionError, match=r"ext\.onnx: weight .* is stored in 'ext\.data' .* missing"):
+        extract_operations(tmp_path / "ext.onnx", BATCH)
