@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import sys
+from contextlib import nullcontext
+from dataclasses import replace
 from pathlib import Path
 
 from dlbench import CONF_DIR
@@ -25,7 +28,27 @@ def _context_from_hydra(cfg: object) -> object:
         job=str(hydra_cfg.job.num) if multirun else "",
         overrides=tuple(hydra_cfg.overrides.task),
         config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
+        extra_tags=_parent_run_tags(),
     )
+
+
+def _parent_run_tags() -> dict[str, str]:
+    """Runs become children of the run named by DLBENCH_PARENT_RUN_ID (set by ``dlbench.mlproject``)."""
+    parent = os.environ.get("DLBENCH_PARENT_RUN_ID", "")
+    return {"mlflow.parentRunId": parent} if parent else {}
+
+
+def _job_cores(config: object) -> object:
+    """``exclusive_cores=true`` in a multirun: pin this job to its own block of cores (a context manager)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from dlbench.hydra_callbacks import exclusive_cores, launcher_parallelism
+
+    hydra_cfg = HydraConfig.get()
+    if not getattr(config, "exclusive_cores", False) or str(hydra_cfg.mode) != "RunMode.MULTIRUN":
+        return nullcontext(None)
+    lock_dir = Path(hydra_cfg.sweep.dir) / ".cores"
+    return exclusive_cores(int(hydra_cfg.job.num), config.threads, launcher_parallelism(hydra_cfg.launcher), lock_dir)
 
 
 def _entry(cfg: object) -> None:
@@ -38,7 +61,12 @@ def _entry(cfg: object) -> None:
     install_sigterm_handler()
     config = OmegaConf.to_object(cfg)
     assert isinstance(config, DlbenchConfig)
-    status = run_task(config, _context_from_hydra(cfg))
+    context = _context_from_hydra(cfg)
+    with _job_cores(config) as block:
+        if block is not None:
+            config = replace(config, threads=block.threads)
+            context = replace(context, extra_tags={**context.extra_tags, "dlbench.cores": block.label})
+        status = run_task(config, context)
     if status:
         raise TaskFailed(f"task={config.task} finished with failures (exit status {status}); see the log above")
 
@@ -46,6 +74,7 @@ def _entry(cfg: object) -> None:
 def main() -> None:
     import hydra
 
+    import dlbench.hydra_callbacks  # noqa: F401 - quiets Hydra's schema-matching warning for our launcher files
     from dlbench.config import register_configs
 
     register_configs()

@@ -3,10 +3,14 @@ run with params, hardware tags, per-operation metrics and the protocol's CSVs as
 
 from __future__ import annotations
 
+import hashlib
 import logging
+import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
+
+import pandas as pd
 
 from dlbench.app import AppContext, TaskFailed
 from dlbench.config import DlbenchConfig
@@ -72,6 +76,13 @@ def sweep_params(cfg: DlbenchConfig, entry: OperatorBenchmark, benchmark_name: s
     }
 
 
+def operations_digest(entry: OperatorBenchmark, operations: Sequence[Operation]) -> str:
+    """A short fingerprint of what a sweep measures: each operation's id and parameters, and the
+    implementation's parameter order. Resuming only takes results from a run with the same fingerprint."""
+    text = repr([list(entry.param_descr), [(op.id, op.op_type, op.params) for op in operations]])
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:16]
+
+
 def sweep_tags(ctx: AppContext, kind: str, benchmark_name: str, implementation: str = "") -> dict[str, str]:
     from dlbench.system import hardware_tags
 
@@ -112,18 +123,34 @@ def measure_with_progress(
         bar.close()
 
 
-def log_sweep(run, cfg: DlbenchConfig, ctx: AppContext, operations, result: SweepResult, files: SweepFiles, title: str):
-    """Everything measured goes to the run, whatever failed: metrics, tables, CSVs, stderr, plot."""
+def log_sweep(
+    run,
+    cfg: DlbenchConfig,
+    ctx: AppContext,
+    operations,
+    result: SweepResult,
+    files: SweepFiles | None,
+    title: str,
+    kept: pd.DataFrame | None = None,
+):
+    """Everything measured goes to the run, whatever failed: metrics, tables, CSVs, stderr, plot.
+
+    ``kept``: results of an earlier run that a resumed sweep did not measure again; they join this run's
+    rows in ``results.csv`` (column ``source_run_id`` says which run measured each row).
+    """
     import matplotlib.pyplot as plt
 
     frame = results_frame(operations, result, implementation=run.run_name)
+    frame["source_run_id"] = run.run_id
+    if kept is not None and len(kept):
+        frame = pd.concat([kept, frame], ignore_index=True).sort_values("id", kind="stable", ignore_index=True)
     ok = frame[frame["status"] == "ok"]
     run.log_metric_series("median_ms", ok["median_ms"].tolist(), ok["id"].tolist())
     flops_rows = ok[ok["gflops_per_s"].notna()]
     run.log_metric_series("gflops_per_s", flops_rows["gflops_per_s"].tolist(), flops_rows["id"].tolist())
     run.log_metrics(summary_metrics(frame))
     run.log_table(frame, "results.csv")
-    for path in (files.input_csv, files.output_csv, files.stderr_txt):
+    for path in (files.input_csv, files.output_csv, files.stderr_txt) if files else ():
         if path.exists():
             run.log_artifact(path, "protocol")
     if ctx.config_yaml:
@@ -138,6 +165,52 @@ def log_sweep(run, cfg: DlbenchConfig, ctx: AppContext, operations, result: Swee
         run.log_figure(fig, "results.png")
         plt.close(fig)
     return frame
+
+
+RESUME_KEYS = ("benchmark", "implementation", "batch_size", "dtype", "device", "threads", "operations_sha1")
+
+
+@dataclass(frozen=True)
+class ResumePoint:
+    """What an earlier run of the same sweep already measured: its ok rows of ``results.csv``."""
+
+    run_id: str
+    status: str
+    kept: pd.DataFrame
+
+    @property
+    def done_ids(self) -> set[int]:
+        return {int(i) for i in self.kept["id"]}
+
+
+def _quoted(value: object) -> str:
+    return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def find_resume_point(target, experiment_id: str, params: dict) -> ResumePoint | None:
+    """The latest run in the experiment with the same benchmark, implementation, batch size, dtype, device,
+    threads and operations, and the operations it measured successfully; None when there is none."""
+    from dlbench.tracking import download_artifact, search_runs
+
+    conditions = [f"params.{key} = {_quoted(params[key])}" for key in RESUME_KEYS]
+    conditions.append("tags.`dlbench.kind` = 'operator_sweep'")
+    runs = search_runs(target, " and ".join(conditions), max_results=1)
+    if runs.empty:
+        return None
+    latest = runs.iloc[0]
+    run_id, status = str(latest["run_id"]), str(latest["status"])
+    with tempfile.TemporaryDirectory() as tmp:
+        try:
+            path = download_artifact(target, run_id, "results.csv", Path(tmp))
+        except Exception as err:  # noqa: BLE001 - a run that logged no table has nothing to resume from
+            log.warning("resume: run %s has no results.csv (%s); measuring everything", run_id, err)
+            return ResumePoint(run_id, status, pd.DataFrame(columns=["id", "status", "source_run_id"]))
+        previous = pd.read_csv(path)
+    kept = previous[previous["status"] == "ok"].copy()
+    if "source_run_id" not in kept:
+        kept["source_run_id"] = run_id
+    kept["source_run_id"] = kept["source_run_id"].fillna(run_id)
+    return ResumePoint(run_id, status, kept)
 
 
 def run_operator_sweep(cfg: DlbenchConfig, ctx: AppContext) -> int:
@@ -161,16 +234,38 @@ def run_operator_sweep(cfg: DlbenchConfig, ctx: AppContext) -> int:
             continue
         run_name = cfg.mlflow.run_name or f"{bench.name}-{entry.name}-bs{cfg.batch_size}-{device}"
         params = sweep_params(cfg, entry, bench.name, len(operations), device)
+        params["operations_sha1"] = operations_digest(entry, operations)
         tags = sweep_tags(ctx, "operator_sweep", bench.name, entry.name)
         workdir = ctx.output_dir / "protocol"
-        log.info("measuring %d %s operations with %s", len(operations), bench.op_type, entry.name)
+        resume = find_resume_point(target, experiment_id, params) if cfg.resume else None
+        todo = list(operations)
+        if resume is not None:
+            todo = [op for op in operations if op.id not in resume.done_ids]
+            tags["dlbench.resumed_from"] = resume.run_id
+            log.info(
+                "resuming %s run %s: %d of %d operations measured there, %d to measure",
+                resume.status,
+                resume.run_id,
+                len(operations) - len(todo),
+                len(operations),
+                len(todo),
+            )
+        elif cfg.resume:
+            log.info("resume=true: no earlier run of this sweep in %s; measuring everything", target.experiment)
+        log.info("measuring %d %s operations with %s", len(todo), bench.op_type, entry.name)
         try:
             with TrackedRun(target, run_name, params, tags, experiment_id=experiment_id) as run:
                 run.set_tags({"dlbench.run_id": run.run_id})
-                result, files = measure_with_progress(
-                    entry, operations, settings, workdir, f"{entry.name}_{bench.name}", cfg.quiet
-                )
-                frame = log_sweep(run, cfg, ctx, operations, result, files, run_name)
+                if todo:
+                    result, files = measure_with_progress(
+                        entry, todo, settings, workdir, f"{entry.name}_{bench.name}", cfg.quiet
+                    )
+                else:
+                    result, files = SweepResult({}), None
+                kept = resume.kept if resume is not None else None
+                frame = log_sweep(run, cfg, ctx, todo, result, files, run_name, kept=kept)
+                if resume is not None:
+                    run.log_metrics({"operations_resumed": float(len(operations) - len(todo))})
                 print_summary(frame, run_name, run.run_id)
                 if result.interrupted:
                     raise KeyboardInterrupt(f"interrupted; {len(frame[frame.status == 'ok'])} operations were kept")

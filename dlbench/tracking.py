@@ -277,6 +277,16 @@ def child_environment(run: TrackedRun) -> dict[str, str]:
     return env
 
 
+def run_experiment_name(target: TrackingTarget, run_id: str) -> str:
+    """The name of the experiment ``run_id`` belongs to (an MLflow Project's run, for its child runs)."""
+    try:
+        client = _client(target)
+        run = with_retry(lambda: client.get_run(run_id), f"run {run_id}")
+        return with_retry(lambda: client.get_experiment(run.info.experiment_id), "experiment").name
+    except Exception as err:
+        raise TrackingError(f"tracking store {target.uri}: cannot read run {run_id}: {err}") from err
+
+
 def search_runs(
     target: TrackingTarget, filter_string: str = "", experiments: Iterable[str] | None = None, max_results: int = 5000
 ) -> pd.DataFrame:
