@@ -1,0 +1,160 @@
+"""Ctrl-C and SIGTERM stop a sweep or a training benchmark cleanly: the benchmark's process group is
+stopped, the MLflow run ends KILLED with what was measured so far, nothing is left running, and the
+exit status says the work did not finish."""
+
+from __future__ import annotations
+
+import csv
+import io
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from helpers import FAST, REPO, Store, artifact_text, clean_env, mlflow_runs
+
+#: Writes one row every ROW_S seconds; STUBBORN programs ignore SIGTERM and must be SIGKILLed.
+SLOW_PROGRAM = """\
+import signal, subprocess, sys, time
+if {stubborn}:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+# a grandchild, to check the whole process group goes
+subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", {marker!r}])
+path = sys.argv[-1]
+rows = [line.strip().split(",") for line in open(path) if line.strip()]
+with open(path[:-4] + "_out.csv", "w") as f:
+    f.write("id,ms\\n")
+    f.flush()
+    for row in rows:
+        time.sleep({row_s})
+        f.write(f"{{row[0]}},{{1 + float(row[1])}}\\n")
+        f.flush()
+"""
+
+
+def write_slow_benchmark(conf: Path, marker: str, stubborn: bool = False, row_s: float = 0.4) -> Path:
+    (conf / "registry").mkdir(parents=True, exist_ok=True)
+    script = conf / "slow_relu.py"
+    script.write_text(SLOW_PROGRAM.format(stubborn=stubborn, marker=marker, row_s=row_s))
+    (conf / "registry" / "slow_relu.yaml").write_text(
+        f"name: slow_relu\nsynonyms: [Relu]\nexe: [python, {script}]\nparam_descr: [N, C, H, W, mode]\n"
+        "backend: slow\ndevice: cpu\n"
+    )
+    return conf
+
+
+def start_dlbench(*overrides: str, cwd: Path, store: Store) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "dlbench", *overrides],
+        cwd=cwd,
+        env=clean_env(**store.env()),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def wait_for(condition, proc: subprocess.Popen[str], timeout: float = 120.0, what: str = "") -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if proc.poll() is not None:
+            out, err = proc.communicate()
+            pytest.fail(f"dlbench ended (status {proc.returncode}) before {what}:\n{out}\n{err}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def data_rows(path_glob: str, cwd: Path) -> int:
+    for path in cwd.glob(path_glob):
+        try:
+            return max(0, len(path.read_text().splitlines()) - 1)
+        except OSError:
+            return 0
+    return 0
+
+
+def interrupt(proc: subprocess.Popen[str], signum: int, timeout: float = 60.0) -> tuple[float, str, str]:
+    """Send ``signum`` to dlbench alone (as a terminal's Ctrl-C reaches only the foreground group; the
+    benchmark runs in a session of its own) and return the seconds to exit with the output."""
+    sent = time.perf_counter()
+    proc.send_signal(signum)
+    out, err = proc.communicate(timeout=timeout)
+    return time.perf_counter() - sent, out, err
+
+
+def alive_with(marker: str, settle_s: float = 5.0) -> list[psutil.Process]:
+    deadline = time.monotonic() + settle_s
+    while True:
+        found = []
+        for proc in psutil.process_iter(["cmdline", "status"]):
+            try:
+                if marker in " ".join(proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize(
+    ("signum", "stubborn"),
+    [(signal.SIGINT, False), (signal.SIGTERM, False), pytest.param(signal.SIGINT, True, marks=pytest.mark.slow)],
+    ids=["sigint", "sigterm", "sigint_program_ignores_sigterm"],
+)
+def test_interrupted_sweep_ends_killed_with_the_rows_measured_so_far(
+    tmp_path: Path, store: Store, signum: int, stubborn: bool
+) -> None:
+    marker = f"dlbench-interrupt-{tmp_path.name}"
+    # a stubborn program goes on writing rows through the 2 s SIGTERM grace: slower rows keep some unwritten
+    conf = write_slow_benchmark(tmp_path / "conf", marker, stubborn=stubborn, row_s=1.0 if stubborn else 0.4)
+    proc = start_dlbench(
+        "+benchmark=relu", "backend=slow", "batch_size=1", *FAST, "--config-dir", str(conf), cwd=tmp_path, store=store
+    )
+    out_glob = ".dlbench/runs/*/protocol/slow_relu_relu_out.csv"
+    wait_for(lambda: data_rows(out_glob, tmp_path) >= 2, proc, what="two rows were written")
+    seconds, out, err = interrupt(proc, signum)
+
+    assert proc.returncode != 0, out + err
+    assert seconds < (12 if stubborn else 8), f"{seconds:.1f} s from the signal to the exit"
+    assert alive_with(marker) == [], "the benchmark's process group must be gone"
+    assert alive_with(str(conf / "slow_relu.py")) == []
+    (run,) = mlflow_runs(store)
+    assert run.info.status == "KILLED"
+    rows = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "results.csv"))))
+    measured = [r["id"] for r in rows if r["status"] == "ok"]
+    assert len(rows) == 6 and measured[:2] == ["0", "1"] and len(measured) < 6
+    assert all("interrupted" in r["error"] for r in rows if r["status"] != "ok")
+    assert "slow_relu (" in artifact_text(store, run.info.run_id, "run_error.txt")
+    assert "interrupted" in artifact_text(store, run.info.run_id, "error.txt")
+
+
+@pytest.mark.slow
+def test_interrupted_training_benchmark_ends_killed_and_stops_the_script(tmp_path: Path, store: Store) -> None:
+    proc = start_dlbench(
+        "+benchmark=mlp", "batch_size=8", "steps=100000", "threads=1", "quiet=true", cwd=tmp_path, store=store
+    )
+    script = str(REPO / "TrainingBenchmarks" / "mlp.py")
+
+    def training_started() -> bool:
+        try:
+            return any(script in " ".join(c.cmdline()) for c in psutil.Process(proc.pid).children(recursive=True))
+        except psutil.Error:
+            return False
+
+    wait_for(training_started, proc, what="the training script started")
+    time.sleep(2.0)  # let it train a few steps
+    descendants = psutil.Process(proc.pid).children(recursive=True)
+    seconds, out, err = interrupt(proc, signal.SIGINT)
+    assert proc.returncode != 0, out + err
+    assert seconds < 8, f"{seconds:.1f} s from the signal to the exit"
+    _, alive = psutil.wait_procs(descendants, timeout=5)
+    assert alive == [], "the training script and its children must be stopped"
+    (run,) = mlflow_runs(store)
+    assert run.info.status == "KILLED"
+    assert "KeyboardInterrupt" in artifact_text(store, run.info.run_id, "error.txt")
