@@ -176,6 +176,25 @@ def test_plain_layout_times_the_reorders_too(onednn_bin: Path, tmp_path: Path) -
     assert "DLBENCH_ONEDNN_LAYOUT='nhwc' must be blocked or plain" in bad.stderr
 
 
+def test_rows_over_the_memory_fraction_are_skipped_by_id(onednn_bin: Path, tmp_path: Path) -> None:
+    path = write_input(tmp_path / "gemm.csv", [(1, [4, 4, 4, 0, 0, 1]), (2, [4096, 4096, 4096, 0, 0, 16])])
+    # 16 x 3 x 4096^2 floats twice over is 6 GiB: over 1e-3 of any free memory, while 4x4 fits
+    result = _run_env(onednn_bin / "onednn_gemm", (str(path),), {**FAST_ENV, "DLBENCH_MEMORY_FRACTION": "0.001"}, 60)
+    assert result.returncode == 0, result.stderr
+    assert set(parse_output(tmp_path / "gemm_out.csv").rows) == {1}
+    assert "onednn_gemm: id 2 (input line 2): needs 6.0 GiB, over 0.1% of the" in result.stderr
+
+
+def test_time_budget_shortens_the_repetitions_but_keeps_the_row(onednn_bin: Path, tmp_path: Path) -> None:
+    path = write_input(tmp_path / "relu.csv", [(1, [1, 16, 32, 32, 0])])
+    env = {"DLBENCH_OP_BUDGET_S": "0.2", "DLBENCH_MIN_REPS": "10000000", "DLBENCH_MAX_REPS": "10000000"}
+    result = _run_env(onednn_bin / "onednn_relu", (str(path),), env, 60)
+    assert result.returncode == 0, result.stderr
+    stats = parse_output(tmp_path / "relu_out.csv").rows[1]
+    assert 1 <= stats.reps < 10_000_000
+    assert "id 1: time budget of 0.2 s spent after" in result.stderr
+
+
 def test_non_numeric_field_is_reported_with_its_id(onednn_bin: Path, tmp_path: Path) -> None:
     path = tmp_path / "relu.csv"
     path.write_text("1,1,2,3,4,0\n2,1,two,3,4,0\nthree,1,2,3,4,0\n4,1,2,3,4,1\n", encoding="utf-8")
@@ -200,6 +219,8 @@ def test_unreadable_input_file_is_a_clear_error(onednn_bin: Path, tmp_path: Path
         ({"DLBENCH_MIN_REPS": "10", "DLBENCH_MAX_REPS": "3"}, "DLBENCH_MAX_REPS (3) is below DLBENCH_MIN_REPS (10)"),
         ({"DLBENCH_DTYPE": "float16"}, "supports DLBENCH_DTYPE=float32 only"),
         ({"DLBENCH_VERIFY": "yes"}, "DLBENCH_VERIFY='yes' must be 0 or 1"),
+        ({"DLBENCH_MEMORY_FRACTION": "1.5"}, "DLBENCH_MEMORY_FRACTION=1.500000 must be a fraction in (0, 1]"),
+        ({"DLBENCH_OP_BUDGET_S": "-1"}, "DLBENCH_OP_BUDGET_S='-1' is not a number >= 0"),
     ],
 )
 def test_bad_settings_are_usage_errors_naming_the_variable(

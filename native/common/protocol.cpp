@@ -84,7 +84,8 @@ void print_usage(const KernelSpec &spec) {
         std::cerr << "," << name;
     std::cerr << "\n  output: <input stem>_out.csv with id,ms,min,max,mean,std,iqr,reps\n"
               << "  settings: DLBENCH_WARMUP, DLBENCH_MIN_REPS, DLBENCH_MAX_REPS, DLBENCH_MIN_TIME_S,\n"
-              << "            DLBENCH_THREADS, DLBENCH_DEVICE, DLBENCH_DTYPE, DLBENCH_VERIFY=1\n";
+              << "            DLBENCH_THREADS, DLBENCH_DEVICE, DLBENCH_DTYPE, DLBENCH_VERIFY=1,\n"
+              << "            DLBENCH_OP_BUDGET_S, DLBENCH_MEMORY_FRACTION\n";
 }
 
 } // namespace
@@ -99,6 +100,11 @@ Settings Settings::from_env() {
                                          ") is below DLBENCH_MIN_REPS (" + std::to_string(s.min_reps) + ")");
     s.min_time_s = env_real("DLBENCH_MIN_TIME_S", s.min_time_s);
     s.threads = static_cast<int>(env_integer("DLBENCH_THREADS", s.threads, 0));
+    s.op_budget_s = env_real("DLBENCH_OP_BUDGET_S", s.op_budget_s);
+    s.memory_fraction = env_real("DLBENCH_MEMORY_FRACTION", s.memory_fraction);
+    if (!(s.memory_fraction > 0.0 && s.memory_fraction <= 1.0))
+        throw FatalError(kExitUsage, "DLBENCH_MEMORY_FRACTION=" + std::to_string(s.memory_fraction) +
+                                         " must be a fraction in (0, 1]");
     s.device = env_word("DLBENCH_DEVICE", s.device);
     s.dtype = env_word("DLBENCH_DTYPE", s.dtype);
     std::string verify = env_word("DLBENCH_VERIFY", "0");
@@ -139,6 +145,40 @@ std::vector<InputRow> read_input(const std::string &path, const std::string &pro
     }
     if (in.bad()) throw FatalError(kExitInputUnreadable, "error while reading input file '" + path + "'");
     return rows;
+}
+
+double available_host_bytes() {
+    std::ifstream meminfo("/proc/meminfo");
+    std::string key;
+    double kib = 0;
+    std::string unit;
+    while (meminfo >> key >> kib >> unit)
+        if (key == "MemAvailable:") return kib * 1024.0;
+    return 1e300;
+}
+
+namespace {
+std::string human_bytes(double bytes) {
+    const char *units[] = {"GiB", "MiB", "KiB"};
+    const double factors[] = {1073741824.0, 1048576.0, 1024.0};
+    std::ostringstream out;
+    out << std::fixed << std::setprecision(1);
+    for (int i = 0; i < 3; ++i)
+        if (bytes >= factors[i]) {
+            out << bytes / factors[i] << " " << units[i];
+            return out.str();
+        }
+    out << std::setprecision(0) << bytes << " B";
+    return out.str();
+}
+} // namespace
+
+void guard_memory(const Settings &settings, double needed, double free_bytes) {
+    if (needed <= settings.memory_fraction * free_bytes) return;
+    std::ostringstream why;
+    why << "needs " << human_bytes(needed) << ", over " << std::setprecision(3) << settings.memory_fraction * 100
+        << "% of the " << human_bytes(free_bytes) << " free; skipped";
+    throw RowError(why.str());
 }
 
 std::string output_path_for(const std::string &input_path) {
@@ -231,6 +271,10 @@ int run_benchmark_main(int argc, char **argv, const KernelSpec &spec) {
                                    " parameters after the id, got " + std::to_string(row.values.size()));
                 Params params(spec.param_names, row.values, row.id);
                 TimeStats s = spec.measure(params, settings);
+                if (s.budget_spent)
+                    std::cerr << spec.name << ": id " << row.id << ": time budget of " << settings.op_budget_s
+                              << " s spent after " << s.reps << " repetitions (min_reps " << settings.min_reps
+                              << "); the measurement is kept\n";
                 // Flushed per row so the rows finished before a timeout survive.
                 out << row.id << "," << s.median_ms << "," << s.min_ms << "," << s.max_ms << "," << s.mean_ms
                     << "," << s.std_ms << "," << s.iqr_ms << "," << s.reps << "\n"

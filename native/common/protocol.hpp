@@ -21,6 +21,8 @@ struct Settings {
     std::string device = "cpu";
     std::string dtype = "float32";
     bool verify = false;
+    double op_budget_s = 0.0;     // seconds one row may spend in warm-up and repetitions; 0: no limit
+    double memory_fraction = 0.8; // skip a row needing more than this fraction of the free memory
 
     // Read DLBENCH_* variables; a malformed value is a FatalError(kExitUsage) naming the variable.
     static Settings from_env();
@@ -64,6 +66,12 @@ struct KernelSpec {
     std::function<bool(const Settings &)> verify;    // small problems vs a naive reference
     std::function<TimeStats(const Params &, const Settings &)> measure; // may throw RowError
 };
+
+// Bytes that can be allocated on the host now (MemAvailable), or a huge number when unknown.
+double available_host_bytes();
+
+// RowError "needs X, over F% of the Y free; skipped" when `needed` exceeds the fraction of `free_bytes`.
+void guard_memory(const Settings &settings, double needed, double free_bytes);
 
 // The whole program: `exe [--verify] [input.csv]`. Returns the process exit code.
 int run_benchmark_main(int argc, char **argv, const KernelSpec &spec);

@@ -39,18 +39,31 @@ TimeStats summarize(std::vector<double> samples_ms) {
 }
 
 TimeStats measure_repetitions(const Settings &settings, const std::function<double()> &one_rep) {
-    for (int i = 0; i < settings.warmup; ++i)
+    const auto started = std::chrono::steady_clock::now();
+    auto spent = [&] {
+        if (settings.op_budget_s <= 0) return false;
+        std::chrono::duration<double> elapsed = std::chrono::steady_clock::now() - started;
+        return elapsed.count() >= settings.op_budget_s;
+    };
+    for (int i = 0; i < settings.warmup && !spent(); ++i)
         one_rep();
     std::vector<double> samples;
     double timed_ms = 0.0;
+    bool budget_spent = false;
     const double min_time_ms = settings.min_time_s * 1000.0;
     while (static_cast<int>(samples.size()) < settings.max_reps &&
            (static_cast<int>(samples.size()) < settings.min_reps || timed_ms < min_time_ms)) {
+        if (!samples.empty() && spent()) {
+            budget_spent = true;
+            break;
+        }
         double ms = one_rep();
         samples.push_back(ms);
         timed_ms += ms;
     }
-    return summarize(std::move(samples));
+    TimeStats stats = summarize(std::move(samples));
+    stats.budget_spent = budget_spent;
+    return stats;
 }
 
 } // namespace dlbench

@@ -68,6 +68,9 @@ bool verify(const Settings &) {
 
 TimeStats measure(const Params &params, const Settings &settings) {
     GemmShape s = parse_gemm(params);
+    const double elements = double(s.batch) * double(s.m * s.k + s.k * s.n + s.m * s.n);
+    guard_memory(settings, 4.0 * elements, available_device_bytes());
+    guard_memory(settings, 4.0 * elements, available_host_bytes());
     GemmProblem p = prepare(s, reference::random_tensor(s.batch * s.m * s.k, 3),
                             reference::random_tensor(s.batch * s.k * s.n, 4));
     return time_with_events(settings, [&] { p.launch(); });

@@ -31,6 +31,13 @@ inline void setup_gpu(const std::string &program, const Settings &settings) {
     check_cuda(cudaSetDevice(0), "cudaSetDevice(0)");
 }
 
+// Bytes free on the current device.
+inline double available_device_bytes() {
+    size_t free_bytes = 0, total_bytes = 0;
+    check_cuda(cudaMemGetInfo(&free_bytes, &total_bytes), "cudaMemGetInfo");
+    return static_cast<double>(free_bytes);
+}
+
 // An owning device buffer of floats.
 class DeviceBuffer {
 public:

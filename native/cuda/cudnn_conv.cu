@@ -270,6 +270,11 @@ bool verify(const Settings &) {
 TimeStats measure(const Params &params, const Settings &settings) {
     ConvShape s = parse_conv(params);
     auto [first_size, second_size] = input_sizes(s);
+    // padded input, weights, output; the algorithm's workspace is checked by cudaMalloc
+    ConvShape d = device_shape(s);
+    const double elements = double(d.src_size() + d.weights_size() + d.dst_size());
+    guard_memory(settings, 4.0 * elements, available_device_bytes());
+    guard_memory(settings, 4.0 * 2 * elements, available_host_bytes());
     ConvProblem p = prepare(s, reference::random_tensor(first_size, 1), reference::random_tensor(second_size, 2),
                             cudnn_settings().tf32);
     std::cerr << "cuda_conv: id " << params.id() << ": " << p.algo_label << "\n";

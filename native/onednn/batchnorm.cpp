@@ -129,6 +129,7 @@ bool verify(const Settings &) {
 
 TimeStats measure(const Params &params, const Settings &settings) {
     BatchNormShape s = parse_batchnorm(params);
+    guard_memory(settings, 4.0 * 6 * double(s.size()), available_host_bytes());
     BatchNormData d(s);
     BatchNormProblem p = prepare(s, d);
     return time_primitive(settings, p.primitive, p.args);

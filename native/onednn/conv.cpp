@@ -150,6 +150,8 @@ bool verify(const Settings &) {
 TimeStats measure(const Params &params, const Settings &settings) {
     ConvShape s = parse_conv(params);
     auto [first_size, second_size] = input_sizes(s);
+    // host copies, plain oneDNN memories, blocked copies (and the plain result when timed)
+    guard_memory(settings, 4.0 * 3 * double(s.src_size() + s.weights_size() + s.dst_size()), available_host_bytes());
     ConvProblem p = prepare(s, reference::random_tensor(first_size, 1), reference::random_tensor(second_size, 2),
                             layout_setting());
     return time_steps(settings, p.steps);

@@ -67,6 +67,8 @@ bool verify(const Settings &) {
 
 TimeStats measure(const Params &params, const Settings &settings) {
     GemmShape s = parse_gemm(params);
+    guard_memory(settings, 4.0 * 2 * double(s.batch) * double(s.m * s.k + s.k * s.n + s.m * s.n),
+                 available_host_bytes());
     MatmulProblem p = prepare(s, reference::random_tensor(s.batch * s.m * s.k, 3),
                               reference::random_tensor(s.batch * s.k * s.n, 4));
     return time_primitive(settings, p.primitive, p.args);

@@ -88,6 +88,7 @@ bool verify(const Settings &) {
 
 TimeStats measure(const Params &params, const Settings &settings) {
     PoolShape s = parse_pool(params);
+    guard_memory(settings, 4.0 * 3 * double(s.src_size() + 2 * s.dst_size()), available_host_bytes());
     PoolProblem p = prepare(s, reference::random_tensor(s.src_size(), 5), reference::random_tensor(s.dst_size(), 6));
     return time_primitive(settings, p.primitive, p.args);
 }

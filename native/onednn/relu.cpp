@@ -71,6 +71,7 @@ bool verify(const Settings &) {
 
 TimeStats measure(const Params &params, const Settings &settings) {
     ElementwiseShape s = parse_elementwise(params);
+    guard_memory(settings, 4.0 * 5 * double(s.size()), available_host_bytes());
     ReluProblem p = prepare(s, reference::random_tensor(s.size(), 13), reference::random_tensor(s.size(), 14));
     return time_primitive(settings, p.primitive, p.args);
 }
