@@ -124,6 +124,7 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
     settings = run_settings(cfg, device)
     failures: list[str] = []
     model_total_ms = 0.0
+    measured: list[pd.DataFrame] = []
     params = {
         **extraction_params(extraction, forward),
         "backend": cfg.backend,
@@ -168,6 +169,7 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
                     child.log_table(results, "results.csv")
                     print_summary(results, run_name, child.run_id)
                     model_total_ms += summary_metrics(results).get("network_total_ms", 0.0)
+                    measured.append(results)
                     if result.interrupted:
                         raise KeyboardInterrupt(f"{entry.name} was interrupted")
                     if not result.ok:
@@ -177,7 +179,9 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
             except TaskFailed as err:
                 failures.append(str(err))
                 log.error("%s", err)
-        parent.log_metrics({"model_total_ms": model_total_ms})
+        parent.log_metrics({"model_total_ms": model_total_ms, **time_by_op_type(measured)})
+        if measured:
+            parent.log_table(pd.concat(measured, ignore_index=True), "model_results.csv")
         print(
             f"\nMLflow run {parent.run_id} ({target.uri}, experiment {target.experiment}); "
             f"sum over benchmarks of median x count: {model_total_ms:.4g} ms"
@@ -187,6 +191,20 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
     if failures:
         raise TaskFailed("\n".join(failures))
     return 0
+
+
+def time_by_op_type(frames: Sequence[pd.DataFrame]) -> dict[str, float]:
+    """Milliseconds per op_type and pass over the whole model (median x count of every measured
+    operation), e.g. ``time_ms.Conv.backward_data``; where several benchmarks serve an op_type their
+    figures add up, so read them per implementation from ``model_results.csv`` in that case."""
+    totals: Counter[str] = Counter()
+    for frame in frames:
+        ok = frame[frame["status"] == "ok"]
+        for op_type, pass_name, median, count in zip(
+            ok["op_type"], ok["pass"], ok["median_ms"], ok["count"], strict=True
+        ):
+            totals[f"time_ms.{op_type}.{pass_name}"] += float(median) * int(count)
+    return dict(totals)
 
 
 def print_coverage(coverage: pd.DataFrame, plan: BenchmarkPlan, backend: str, device: str) -> None:
