@@ -7,7 +7,7 @@ import hashlib
 import logging
 import math
 from collections import Counter
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -216,17 +216,27 @@ def _default_opset(model: Any) -> int:
 # --------------------------------------------------------------------------------------- batch size
 
 
-def _set_batch(model: Any, batch_size: int, path: Path, weights: set[str] = frozenset()) -> list[str]:
+def _set_batch(
+    model: Any, batch_size: int, path: Path, weights: Collection[str] = (), notes: list[str] | None = None
+) -> list[str]:
     """Give graph inputs' dynamic first dimension the batch size; returns the symbolic names replaced.
 
     A first dimension is dynamic when it is a ``dim_param``, unset, or a ``dim_value`` of 0 or -1. When no
-    input has one, the model's batch is fixed and must equal ``batch_size``.
+    input has one, the model's batch is fixed and must equal ``batch_size``. Other open input dimensions
+    stay open (and are reported in ``notes``): the nodes that depend on them cannot be described.
     """
     initializers = {t.name for t in model.graph.initializer} | set(weights)
     inputs = [i for i in model.graph.input if i.name not in initializers and i.type.HasField("tensor_type")]
     ranked = [i for i in inputs if i.type.tensor_type.HasField("shape") and i.type.tensor_type.shape.dim]
     dynamic, fixed = [], []
     for value in ranked:
+        for position, other in enumerate(value.type.tensor_type.shape.dim[1:], start=1):
+            if notes is not None and not (other.HasField("dim_value") and other.dim_value > 0):
+                label = f"{other.dim_param!r}" if other.dim_param else "unnamed"
+                notes.append(
+                    f"input {value.name!r}: dimension {position} is open ({label}); only the batch dimension is "
+                    "set, so nodes whose shapes depend on it cannot be described"
+                )
         dim = value.type.tensor_type.shape.dim[0]
         if dim.HasField("dim_value") and dim.dim_value > 0:
             fixed.append((value.name, int(dim.dim_value)))
@@ -819,8 +829,8 @@ def extract_operations(
     light, weights = _light_model(model)
     _check(light, path)
     opset = _default_opset(model)
-    _set_batch(light, batch_size, path, weights)
     notes: list[str] = []
+    _set_batch(light, batch_size, path, weights, notes)
     shapes = _infer_shapes(light, path, notes)
     graph = model.graph
     constants = _constant_names(graph)

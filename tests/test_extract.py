@@ -427,3 +427,22 @@ def test_weights_beside_the_model_are_not_needed_for_shapes_but_must_exist(tmp_p
     (tmp_path / "ext.data").unlink()
     with pytest.raises(ExtractionError, match=r"ext\.onnx: weight .* is stored in 'ext\.data' .* missing"):
         extract_operations(tmp_path / "ext.onnx", BATCH)
+
+
+def test_open_dimensions_other_than_the_batch_are_reported_and_their_nodes_skipped(tmp_path: Path):
+    from onnx_models import EncoderLayer
+
+    path = tmp_path / "seq.onnx"
+    with torch.no_grad():
+        torch.onnx.export(
+            EncoderLayer().eval(),
+            (torch.randn(2, 16, 64),),
+            str(path),
+            input_names=["x"],
+            dynamic_axes={"x": {0: "batch", 1: "seq"}},
+            dynamo=False,
+        )
+    extraction = extract_operations(path, BATCH)
+    assert any("input 'x': dimension 1 is open ('seq')" in note for note in extraction.notes)
+    assert "MatMul" in {s.op_type for s in extraction.skipped}
+    assert all("unknown" in s.reason and f"node '{s.name}'" in s.reason for s in extraction.skipped)
