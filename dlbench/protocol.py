@@ -71,7 +71,13 @@ def write_input(path: Path, rows: Iterable[tuple[int, Sequence[Number]]]) -> Pat
 def read_input(path: Path) -> list[tuple[int, list[float]]]:
     """Parse an input CSV, as an executable sees it (used by the embedded backends and tests)."""
     rows: list[tuple[int, list[float]]] = []
-    for lineno, line in enumerate(path.read_text(encoding="utf-8").splitlines(), start=1):
+    raw = path.read_bytes()
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw.count(b"\n", 0, err.start) + 1
+        raise ProtocolError(f"{path}:{line}: not UTF-8 text (byte {err.start})") from err
+    for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         fields = [f.strip() for f in line.split(",")]
