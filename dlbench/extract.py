@@ -118,7 +118,8 @@ def node_operation(op_id: int, node: NodeRecord) -> Operation:
 # --------------------------------------------------------------------------------------------- loading
 
 
-def _load(path: Path) -> tuple[Any, str]:
+def load_model(path: Path) -> tuple[Any, str]:
+    """The parsed ModelProto (external weights not loaded) and the SHA-256 of the file."""
     import onnx
     from google.protobuf.message import DecodeError
 
@@ -822,7 +823,7 @@ def extract_operations(
     path = Path(path)
     if batch_size < 1:
         raise ExtractionError(f"{path}: batch_size must be >= 1, got {batch_size}")
-    model, digest = _load(path)
+    model, digest = load_model(path)
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
     _check_weights(model, path)
@@ -908,5 +909,6 @@ __all__ = [
     "NodeRecord",
     "SkippedNode",
     "extract_operations",
+    "load_model",
     "node_operation",
 ]

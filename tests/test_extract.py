@@ -400,7 +400,7 @@ def test_auto_pad_same_upper_becomes_explicit_pads(tmp_path: Path):
 def test_symbolic_inference_of_onnxruntime_resolves_what_onnx_leaves_open():
     from dlbench import extract as extraction_module
 
-    model, _ = extraction_module._load(exported("encoder"))
+    model, _ = extraction_module.load_model(exported("encoder"))
     light, weights = extraction_module._light_model(model)
     extraction_module._set_batch(light, BATCH, exported("encoder"), weights)
     inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
