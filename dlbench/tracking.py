@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import signal
 import tempfile
 import time
@@ -141,9 +142,32 @@ def _param_text(value: object) -> str:
     return text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
 
 
+_URL_CREDENTIALS = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^/\s:@]*:)[^@\s/]+@")
+#: environment values shorter than this are too common to be told apart from ordinary text
+MIN_SECRET_CHARS = 6
+
+
+def secret_values(environ: Mapping[str, str] | None = None) -> list[str]:
+    """Values of environment variables whose name says they hold a secret (longest first)."""
+    env = os.environ if environ is None else environ
+    found = {v for k, v in env.items() if any(m in k.upper() for m in SECRET_MARKERS) and len(v) >= MIN_SECRET_CHARS}
+    return sorted(found, key=len, reverse=True)
+
+
+def scrub(text: str) -> str:
+    """``text`` with URL passwords and the values of secret environment variables replaced by ``***``."""
+    text = _URL_CREDENTIALS.sub(r"\g<head>***@", text)
+    for value in secret_values():
+        text = text.replace(value, "***")
+    return text
+
+
 def redact(mapping: Mapping[str, object]) -> dict[str, object]:
-    """Drop values whose key names a secret, so credentials never reach params or tags."""
-    return {k: ("***" if any(m in k.upper() for m in SECRET_MARKERS) else v) for k, v in mapping.items()}
+    """Drop values whose key names a secret and scrub the others, so credentials never reach params or tags."""
+    return {
+        k: ("***" if any(m in k.upper() for m in SECRET_MARKERS) else scrub(v) if isinstance(v, str) else v)
+        for k, v in mapping.items()
+    }
 
 
 class TrackedRun:
@@ -181,11 +205,11 @@ class TrackedRun:
         self.client = _client(self.target)
         if self._owns:
             experiment_id = self._experiment_id or prepare_store(self.target)
-            tags = {k: str(v) for k, v in self._tags.items()}
+            tags = {k: _param_text(v) for k, v in redact(self._tags).items()}
             if self.parent_run_id:
                 tags[PARENT_TAG] = self.parent_run_id
             run = with_retry(
-                lambda: self.client.create_run(experiment_id, run_name=self.run_name or None, tags=tags),
+                lambda: self.client.create_run(experiment_id, run_name=scrub(self.run_name) or None, tags=tags),
                 "create run",
             )
             self.run_id = run.info.run_id
@@ -247,7 +271,8 @@ class TrackedRun:
         with_retry(lambda: self.client.log_artifact(self.run_id, str(path), artifact_path), "log artifact")
 
     def log_text(self, text: str, artifact_file: str) -> None:
-        with_retry(lambda: self.client.log_text(self.run_id, text, artifact_file), "log text")
+        clean = scrub(text)
+        with_retry(lambda: self.client.log_text(self.run_id, clean, artifact_file), "log text")
 
     def log_table(self, frame: pd.DataFrame, artifact_file: str) -> None:
         """A DataFrame as a CSV artifact (big tables go here, not into thousands of metrics)."""
