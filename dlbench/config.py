@@ -129,6 +129,59 @@ class TrainingEntry:
 
 
 @dataclass
+class MatchConfig:
+    """task=evaluate: which profiled PyTorch operator runs which ONNX operation (``conf/match/``); empty
+    ``operators`` means the shipped ``conf/match/default.yaml``. See dlbench.match for the format."""
+
+    operators: dict[str, Any] = field(default_factory=dict)
+    framework: list[str] = field(default_factory=list)
+    training: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class RooflineConfig:
+    """+benchmark=roofline: problem sizes of the peak measurements (shrink them for a quick check)."""
+
+    #: square GEMM size n (2 n^3 FLOPs per multiplication)
+    gemm_size: int = 4096
+    #: MiB per array of the copy and triad bandwidth kernels (well above the last-level cache)
+    stream_mib: int = 256
+    #: dtypes whose GEMM peak is measured; those the device cannot run are skipped and reported
+    dtypes: list[str] = field(default_factory=lambda: ["float32", "bfloat16"])
+    #: seconds each kernel is repeated for (after one warm-up call), at least ``min_reps`` times
+    min_time_s: float = 1.0
+    min_reps: int = 3
+
+    def __post_init__(self) -> None:
+        if self.gemm_size < 1 or self.stream_mib < 1:
+            raise ValueError("roofline.gemm_size and roofline.stream_mib must be >= 1")
+        if self.min_reps < 1 or self.min_time_s < 0:
+            raise ValueError("roofline.min_reps must be >= 1 and roofline.min_time_s >= 0")
+        for dtype in self.dtypes:
+            if dtype not in DTYPES:
+                raise ValueError(f"roofline.dtypes: {dtype!r}; use {', '.join(DTYPES)}")
+
+
+@dataclass
+class CompareConfig:
+    """task=compare: which runs to put side by side (MLflow search API) and where the tables go."""
+
+    #: experiment names; empty: the configured one (mlflow.experiment)
+    experiments: list[str] = field(default_factory=list)
+    #: an MLflow filter string, e.g. "tags.`system.id` LIKE '%Xeon%'"
+    filter: str = ""
+    #: only runs of these benchmarks (tag dlbench.benchmark); empty: all
+    benchmarks: list[str] = field(default_factory=list)
+    #: only runs of these kinds (tag dlbench.kind); empty: operator sweeps, evaluations and rooflines
+    kinds: list[str] = field(default_factory=list)
+    max_runs: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.max_runs < 1:
+            raise ValueError(f"compare.max_runs must be >= 1, got {self.max_runs}")
+
+
+@dataclass
 class DlbenchConfig:
     """The top-level node: task, hyperparameters, measurement and tracking settings."""
 
@@ -152,6 +205,9 @@ class DlbenchConfig:
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     benchmark: BenchmarkConfig | None = None
+    match: MatchConfig = field(default_factory=MatchConfig)
+    roofline: RooflineConfig = field(default_factory=RooflineConfig)
+    compare: CompareConfig = field(default_factory=CompareConfig)
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:

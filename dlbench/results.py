@@ -77,3 +77,21 @@ def plot_results(frame: pd.DataFrame, title: str):  # -> matplotlib Figure
     fig.suptitle(title)
     fig.tight_layout()
     return fig
+
+
+def add_roofline_columns(frame: pd.DataFrame, peak_gflops: float, bandwidth_gbs: float) -> pd.DataFrame:
+    """Roofline columns for a results table: ``intensity`` (FLOPs per byte moved), ``roof_gflops``
+    (min(peak, intensity x bandwidth)), ``roofline_fraction`` (achieved GFLOP/s over that bound) and
+    ``bound`` (memory or compute). Rows without FLOPs or bytes get empty values."""
+    out = frame.copy()
+    flops = pd.to_numeric(out.get("flops"), errors="coerce")
+    moved = pd.to_numeric(out.get("bytes"), errors="coerce")
+    intensity = (flops / moved.where(moved > 0)).astype(float)
+    roof = intensity.clip(upper=peak_gflops / bandwidth_gbs) * bandwidth_gbs
+    achieved = pd.to_numeric(out.get("gflops_per_s"), errors="coerce").astype(float)
+    out["intensity"] = intensity
+    out["roof_gflops"] = roof
+    out["roofline_fraction"] = achieved / roof.where(roof > 0)
+    ridge = peak_gflops / bandwidth_gbs
+    out["bound"] = [("" if v != v else "compute" if v >= ridge else "memory") for v in intensity]
+    return out
