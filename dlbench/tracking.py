@@ -90,13 +90,18 @@ def check_reachable(target: TrackingTarget, timeout_s: float = 10.0) -> None:
             raise TrackingError(
                 f"cannot reach the MLflow tracking server {uri} within {timeout_s:g} s ({reason}); "
                 "check MLFLOW_TRACKING_URI or mlflow.tracking_uri"
-            ) from err
+            ) from None  # the socket traceback says nothing more
     elif uri.startswith("sqlite:///"):
         db = Path(uri[len("sqlite:///") :])
         if not db.parent.is_dir():
             raise TrackingError(f"tracking store {uri}: folder {db.parent} does not exist")
     elif "://" in uri and not uri.startswith(("file://", "databricks", "postgresql", "mysql", "mssql")):
         raise TrackingError(f"tracking URI {uri!r}: unsupported scheme")
+    elif "://" not in uri and (uri.lower().startswith(("http", "sqlite", "postgres")) or re.search(r":\d+", uri)):
+        raise TrackingError(
+            f"tracking URI {uri!r} looks like a misspelt URL (no '://'); use http://HOST:PORT, "
+            "sqlite:///PATH or postgresql://USER@HOST/DB"
+        )
 
 
 def _client(target: TrackingTarget) -> Any:
