@@ -135,7 +135,10 @@ def test_interrupted_sweep_ends_killed_with_the_rows_measured_so_far(
 
 
 @pytest.mark.slow
-def test_interrupted_training_benchmark_ends_killed_and_stops_the_script(tmp_path: Path, store: Store) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_interrupted_training_benchmark_ends_killed_and_stops_the_script(
+    tmp_path: Path, store: Store, signum: int
+) -> None:
     proc = start_dlbench(
         "+benchmark=mlp", "batch_size=8", "steps=100000", "threads=1", "quiet=true", cwd=tmp_path, store=store
     )
@@ -150,11 +153,13 @@ def test_interrupted_training_benchmark_ends_killed_and_stops_the_script(tmp_pat
     wait_for(training_started, proc, what="the training script started")
     time.sleep(2.0)  # let it train a few steps
     descendants = psutil.Process(proc.pid).children(recursive=True)
-    seconds, out, err = interrupt(proc, signal.SIGINT)
+    seconds, out, err = interrupt(proc, signum)
     assert proc.returncode != 0, out + err
     assert seconds < 8, f"{seconds:.1f} s from the signal to the exit"
     _, alive = psutil.wait_procs(descendants, timeout=5)
     assert alive == [], "the training script and its children must be stopped"
     (run,) = mlflow_runs(store)
     assert run.info.status == "KILLED"
-    assert "KeyboardInterrupt" in artifact_text(store, run.info.run_id, "error.txt")
+    error = artifact_text(store, run.info.run_id, "error.txt")
+    assert ("RunInterrupted: received SIGTERM" if signum == signal.SIGTERM else "KeyboardInterrupt") in error
+    assert "batch_size: 8" in artifact_text(store, run.info.run_id, "config.yaml")
