@@ -12,6 +12,7 @@ import sys
 import tempfile
 import time
 import warnings
+from dataclasses import astuple, dataclass, fields
 from pathlib import Path
 
 import torch
@@ -101,24 +102,38 @@ def export(module: nn.Module, example: torch.Tensor, path: Path, training: bool)
     return path, time.perf_counter() - start
 
 
-def time_extraction(path: Path, batch_size: int, repeats: int) -> tuple[float, float, float, int, int, int]:
-    """Median and minimum seconds of extract + deduplicate, minimum seconds of reading, hashing and parsing
-    the file alone, node count, extracted and unique operations. The minimum is the figure least disturbed
-    by other work on a shared machine."""
-    times, loads = [], []
+@dataclass(frozen=True)
+class Timing:
+    """Seconds of extract + deduplicate over the repeats: wall-clock median and minimum, and the minimum
+    CPU time of this process (the least disturbed by other work on a shared machine); the same minimum
+    CPU time for reading, hashing and parsing the file alone."""
+
+    median_s: float
+    min_s: float
+    cpu_min_s: float
+    load_cpu_min_s: float
+    nodes: int
+    extracted: int
+    unique: int
+
+
+def time_extraction(path: Path, batch_size: int, repeats: int) -> Timing:
+    walls, cpus, loads = [], [], []
     for _ in range(repeats):
-        start = time.perf_counter()
+        cpu = time.process_time()
         load_model(path)
-        loads.append(time.perf_counter() - start)
-        start = time.perf_counter()
+        loads.append(time.process_time() - cpu)
+        start, cpu = time.perf_counter(), time.process_time()
         extraction = extract_operations(path, batch_size)
         unique = deduplicate(extraction.operations())
-        times.append(time.perf_counter() - start)
+        walls.append(time.perf_counter() - start)
+        cpus.append(time.process_time() - cpu)
     if extraction.skipped:
         print(f"  warning: {len(extraction.skipped)} nodes skipped, e.g. {extraction.skipped[0].reason}")
-    return (
-        statistics.median(times),
-        min(times),
+    return Timing(
+        statistics.median(walls),
+        min(walls),
+        min(cpus),
         min(loads),
         extraction.total_nodes,
         len(extraction.nodes),
@@ -152,50 +167,44 @@ def main(argv: list[str] | None = None) -> int:
         directory = Path(tmp)
         path, export_s = export(ResNet50(), torch.randn(1, 3, 224, 224), directory / "resnet50.onnx", True)
         extract_operations(path, args.batch_size)
-        seconds, fastest, load, nodes, extracted, unique = time_extraction(path, args.batch_size, args.repeats)
-        size_mb = path.stat().st_size / 1e6
-        rows.append(("resnet50", 0, nodes, extracted, unique, size_mb, export_s, seconds, fastest, load))
+        rows.append(
+            ("resnet50", 0, path.stat().st_size / 1e6, export_s, time_extraction(path, args.batch_size, args.repeats))
+        )
         path.unlink()
         for layers in args.layers:
             example = torch.randn(1, args.seq, 768)
             path, export_s = export(encoder(layers), example, directory / f"encoder{layers}.onnx", False)
-            seconds, fastest, load, nodes, extracted, unique = time_extraction(path, args.batch_size, args.repeats)
-            size_mb = path.stat().st_size / 1e6
-            row = (f"encoder{layers}", layers, nodes, extracted, unique, size_mb, export_s, seconds, fastest, load)
-            rows.append(row)
+            timing = time_extraction(path, args.batch_size, args.repeats)
+            rows.append((f"encoder{layers}", layers, path.stat().st_size / 1e6, export_s, timing))
             path.unlink()
 
-    header = (
-        "model", "layers", "nodes", "extracted", "unique", "file_MB", "export_s", "median_s", "min_s", "load_min_s"
-    )  # fmt: skip
+    header = ("model", "layers", "file_MB", "export_s", *(f.name for f in fields(Timing)))
+    table = [(name, layers, size, export_s, *astuple(t)) for name, layers, size, export_s, t in rows]
     print(
-        f"batch_size={args.batch_size}, {args.repeats} extractions each (extract + deduplicate); load_min_s: "
-        "reading, hashing and parsing the file alone"
+        f"batch_size={args.batch_size}, {args.repeats} extractions each (extract + deduplicate); "
+        "load_cpu_min_s: reading, hashing and parsing the file alone"
     )
-    print("  ".join(f"{h:>9}" for h in header))
-    for row in rows:
-        print("  ".join(f"{v:>9.3f}" if isinstance(v, float) else f"{v:>9}" for v in row))
-    encoders = [r for r in rows if r[1] > 0]
+    print("  ".join(f"{h:>14}" for h in header))
+    for row in table:
+        print("  ".join(f"{v:>14.3f}" if isinstance(v, float) else f"{v:>14}" for v in row))
+    encoders = [(layers, t) for _, layers, _, _, t in rows if layers > 0]
     if len(encoders) >= 2:
-        nodes = [float(r[2]) for r in encoders]
+        nodes = [float(t.nodes) for _, t in encoders]
         series = {
-            "median": [r[7] for r in encoders],
-            "min": [r[8] for r in encoders],
-            "min minus file load": [r[8] - r[9] for r in encoders],
+            "wall median": [t.median_s for _, t in encoders],
+            "CPU min": [t.cpu_min_s for _, t in encoders],
+            "CPU min without the file load": [t.cpu_min_s - t.load_cpu_min_s for _, t in encoders],
         }
         for label, seconds in series.items():
             slope, intercept, r2 = linear_fit(nodes, seconds)
-            print(
-                f"encoder extraction {label} time vs nodes: {slope * 1e3:.3f} ms/node + {intercept:.3f} s, "
-                f"R^2 = {r2:.4f}"
-            )
+            print(f"encoders, {label} vs nodes: {slope * 1e3:.3f} ms/node + {intercept:.3f} s, R^2 = {r2:.4f}")
     if args.out:
         import csv
 
         with args.out.open("w", newline="") as handle:
             writer = csv.writer(handle)
             writer.writerow(header)
-            writer.writerows(rows)
+            writer.writerows(table)
     return 0
 
 
