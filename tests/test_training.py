@@ -28,6 +28,12 @@ for batch_idx in range(10):
         sys.exit(3)
 """
 
+HANGING_SCRIPT = """\
+import sys, time
+print("stuck in the data loader", file=sys.stderr, flush=True)
+time.sleep(3600)
+"""
+
 UNINSTRUMENTED_SCRIPT = """\
 import torch
 for batch_idx in range(10):
@@ -118,6 +124,16 @@ def test_crashing_script_ends_the_run_failed_with_its_stderr(tmp_path: Path, sto
     assert run.info.status == "FAILED"
     assert "diverged: loss is nan at batch 2" in artifact_text(store, run.info.run_id, "stderr.txt")
     assert "exited with status 3" in artifact_text(store, run.info.run_id, "error.txt")
+
+
+def test_hanging_script_is_killed_after_the_timeout_and_the_run_fails(tmp_path: Path, store: Store):
+    conf = script_conf(tmp_path / "conf", "hangs", HANGING_SCRIPT)
+    result = run_dlbench("+benchmark=hangs", "timeout=3", "--config-dir", str(conf), cwd=tmp_path, store=store)
+    assert result.returncode != 0
+    assert "training benchmark hangs: the script timed out after" in result.stderr
+    (run,) = mlflow_runs(store)
+    assert run.info.status == "FAILED"
+    assert "stuck in the data loader" in artifact_text(store, run.info.run_id, "stderr.txt")
 
 
 def test_script_that_writes_no_profile_fails_the_run(tmp_path: Path, store: Store):
