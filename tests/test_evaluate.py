@@ -1,0 +1,99 @@
+"""task=evaluate end to end: export, extract, unfold, train with profiling, benchmark, match, one run."""
+
+from __future__ import annotations
+
+import math
+from io import StringIO
+from pathlib import Path
+
+import pandas as pd
+import pytest
+from helpers import FAST, REPO, Store, artifact_text, mlflow_runs, run_dlbench, write_fake_benchmark
+
+SMALL_MLP = ("steps=7", "profile.warmup=3", "profile.batches=2", "batch_size=4")
+
+
+def small_mlp_config(directory: Path) -> Path:
+    """A config dir with a narrow MLP (the shipped one is 2048 wide) as training benchmark mlp_small."""
+    (directory / "training").mkdir(parents=True, exist_ok=True)
+    (directory / "benchmark").mkdir(parents=True, exist_ok=True)
+    (directory / "training" / "mlp_small.yaml").write_text(
+        f"name: mlp_small\nexe: {REPO / 'TrainingBenchmarks' / 'mlp.py'}\n"
+        "parameters: --batch-size ${batch_size} --steps ${steps} --threads ${threads} --hidden 64 --layers 2 --quiet\n"
+    )
+    (directory / "benchmark" / "mlp_small.yaml").write_text(
+        "# @package benchmark\nname: mlp_small\nkind: training\ntraining: mlp_small\n"
+    )
+    return directory
+
+
+def table(store: Store, run_id: str, name: str) -> pd.DataFrame:
+    return pd.read_csv(StringIO(artifact_text(store, run_id, name)))
+
+
+@pytest.mark.slow  # ~25 s on an idle 2-core machine: five processes import torch
+def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_path: Path, store: Store):
+    conf = small_mlp_config(tmp_path / "conf")
+    result = run_dlbench(
+        "+benchmark=mlp_small", "task=evaluate", *SMALL_MLP, *FAST, "--config-dir", str(conf),
+        cwd=tmp_path, store=store, timeout=400,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    runs = mlflow_runs(store)
+    assert len(runs) == 1, "the evaluation is one run (no child runs from the instrumentation)"
+    run = runs[0]
+    assert run.info.status == "FINISHED"
+    assert run.data.tags["dlbench.kind"] == "evaluation"
+    assert "system.id" in run.data.tags
+    m = run.data.metrics
+    assert m["step_time_predicted_ms"] > 0
+    assert m["step_time_measured_ms"] > 0
+    assert math.isfinite(m["prediction_error_pct"])
+    assert 0 <= m["unexplained_time_pct"] <= 100
+    assert m["step_time_profiled_ms"] > 0
+
+    operations = table(store, run.info.run_id, "operations.csv")
+    gemm = operations[operations["op_type"] == "Gemm"]
+    assert set(gemm["pass"]) == {"forward", "backward_a", "backward_b"}
+    assert (gemm["status"] == "ok").all() and (gemm["benchmark_ms"] > 0).all()
+    assert gemm["in_training_ms"].sum() > 0
+    predicted = (operations["benchmark_ms"].fillna(0) * operations["occurrences"]).sum()
+    assert abs(predicted - m["step_time_predicted_ms"]) <= 1e-6 * predicted
+    per_type = table(store, run.info.run_id, "op_types.csv").set_index("op_type")
+    assert {"Gemm", "Relu", "Softmax", "Add"} <= set(per_type.index)
+    assert bool(per_type.loc["Gemm", "covered"])
+    artifacts = {a.path for a in _list(store, run.info.run_id)}
+    for expected in ("predicted_vs_measured.png", "time_breakdown.png", "time_breakdown.csv", "unmatched_ops.csv",
+                     "profile_matching.csv", "notes.txt", "model", "profile", "protocol"):  # fmt: skip
+        assert expected in artifacts, f"{expected} missing from {sorted(artifacts)}"
+    assert "measured" in result.stdout and "predicted" in result.stdout
+
+
+@pytest.mark.slow
+def test_operators_no_benchmark_serves_are_reported_as_uncovered_and_the_run_finishes(tmp_path: Path, store: Store):
+    conf = small_mlp_config(tmp_path / "conf")
+    write_fake_benchmark(conf, name="my_relu", synonyms=("Relu",), backend="custom")
+    result = run_dlbench(
+        "+benchmark=mlp_small", "task=evaluate", "backend=custom", *SMALL_MLP, *FAST, "--config-dir", str(conf),
+        cwd=tmp_path, store=store, timeout=400,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr[-3000:]
+    run = mlflow_runs(store)[0]
+    assert run.info.status == "FINISHED"
+    uncovered = run.data.tags["dlbench.uncovered_op_types"].split(",")
+    assert {"Gemm", "Softmax", "Add"} <= set(uncovered) and "Relu" not in uncovered
+    assert run.data.metrics["uncovered_time_pct"] > 10
+    assert "op types without a benchmark measurement: " in result.stdout
+    assert "Gemm" in artifact_text(store, run.info.run_id, "notes.txt")
+
+
+def test_evaluate_needs_a_training_benchmark(tmp_path: Path, store: Store):
+    result = run_dlbench("+benchmark=relu", "task=evaluate", cwd=tmp_path, store=store)
+    assert result.returncode != 0
+    assert "task=evaluate needs a training benchmark" in result.stderr
+
+
+def _list(store: Store, run_id: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=store.uri).list_artifacts(run_id)

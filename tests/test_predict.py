@@ -1,0 +1,152 @@
+"""The training step as operations and the step-time prediction, on real exported models."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+from torch import nn
+
+from dlbench.extract import extract_operations
+from dlbench.match import load_table, match_profile
+from dlbench.model import Measurement, TimeStats
+from dlbench.opdb import deduplicate
+from dlbench.predict import (
+    graph_facts,
+    measured_step_ms,
+    op_type_frame,
+    prediction_frame,
+    prediction_metrics,
+    time_breakdown,
+    training_step,
+)
+from dlbench.unfold import load_table as load_unfold_table
+from dlbench.unfold import unfold_operations
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+
+def export(model: nn.Module, example: torch.Tensor, path: Path) -> Path:
+    model.eval()
+    torch.onnx.export(
+        model, (example,), str(path), input_names=["input"], output_names=["output"],
+        dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, opset_version=17, dynamo=False,
+        training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False,
+    )  # fmt: skip
+    return path
+
+
+def step_of(path: Path, batch: int, options: dict | None = None):
+    extraction = extract_operations(path, batch)
+    forward = deduplicate(extraction.operations())
+    facts = graph_facts(path, batch).with_inferred_outputs(extraction.nodes)
+    training = load_table().training if options is None else options
+    return training_step(forward, unfold_operations(forward, load_unfold_table()), facts, training), facts
+
+
+class Sequence3d(nn.Module):
+    """A linear layer on (batch, tokens, features): ONNX exports it as MatMul + Add of the bias."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(16, 32)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(x)
+
+
+def test_first_layer_gets_no_data_gradient_and_the_rest_do(tmp_path: Path):
+    mlp = nn.Sequential(nn.Linear(12, 24), nn.ReLU(), nn.Linear(24, 5))
+    step, facts = step_of(export(mlp, torch.randn(3, 12), tmp_path / "mlp.onnx"), 3)
+    gemm_passes = sorted(step.pass_of(op.id) for op in step.operations if op.op_type == "Gemm")
+    # two forward GEMMs, two weight gradients, one data gradient (the second layer's)
+    assert gemm_passes == ["backward_a", "backward_b", "backward_b", "forward", "forward"]
+    assert any("pruned" in note for note in step.notes)
+    assert {name for name, _ in facts.parameters} == {"0.weight", "0.bias", "2.weight", "2.bias"}
+
+
+def test_loss_and_optimizer_operations_follow_the_logits_and_parameter_shapes(tmp_path: Path):
+    mlp = nn.Sequential(nn.Linear(12, 24), nn.ReLU(), nn.Linear(24, 5))
+    step, _ = step_of(export(mlp, torch.randn(3, 12), tmp_path / "mlp.onnx"), 7)
+    loss = [op for op in step.operations if step.pass_of(op.id).startswith("loss")]
+    assert [(op.op_type, op.param_dict["H"], op.param_dict["W"], op.param_dict["mode"]) for op in loss] == [
+        ("Softmax", 7, 5, 0),
+        ("Softmax", 7, 5, 1),
+    ]
+    updates = {
+        (op.param_dict["H"], op.param_dict["W"]): op.count
+        for op in step.operations
+        if step.pass_of(op.id) == "optimizer"
+    }
+    assert updates == {(24, 12): 3, (1, 24): 3, (5, 24): 3, (1, 5): 3}
+
+
+def test_options_turn_the_training_additions_off(tmp_path: Path):
+    mlp = nn.Sequential(nn.Linear(12, 24), nn.ReLU(), nn.Linear(24, 5))
+    options = {"prune_gradients": False, "loss": {"enabled": False}, "optimizer": {"enabled": False}}
+    step, _ = step_of(export(mlp, torch.randn(3, 12), tmp_path / "mlp.onnx"), 3, options)
+    assert {step.pass_of(op.id) for op in step.operations} == {"forward", "backward", "backward_a", "backward_b"}
+    assert sum(1 for op in step.operations if step.pass_of(op.id) == "backward_a") == 2
+
+
+def test_bias_add_after_a_matmul_is_fused_as_pytorch_runs_addmm(tmp_path: Path):
+    step, _ = step_of(export(Sequence3d(), torch.randn(2, 6, 16), tmp_path / "seq.onnx"), 2)
+    forward_types = sorted(op.op_type for op in step.operations if step.pass_of(op.id) == "forward")
+    assert "Add" not in forward_types and "MatMul" in forward_types
+    assert any("fused" in note for note in step.notes)
+    matmul = next(op for op in step.operations if op.op_type == "MatMul" and step.pass_of(op.id) == "forward")
+    assert (matmul.param_dict["M"], matmul.param_dict["K"], matmul.param_dict["N"]) == (12, 16, 32)
+
+
+def test_measured_step_is_the_median_unprofiled_step_after_warmup():
+    batches = pd.DataFrame(
+        {
+            "step": range(8),
+            "batch": range(8),
+            "wall_s": [9.0, 5.0, 0.10, 0.50, 0.60, 0.12, 0.11, 0.13],
+            "profiled": [0, 0, 0, 1, 1, 0, 0, 0],
+        }
+    )
+    measured, profiled = measured_step_ms(batches, warmup=2)
+    assert measured == pytest.approx(115.0)
+    assert profiled == pytest.approx(550.0)
+
+
+def test_prediction_sums_benchmark_time_times_occurrences_and_reports_shares(tmp_path: Path):
+    mlp = nn.Sequential(nn.Linear(12, 24), nn.ReLU(), nn.Linear(24, 5))
+    step, _ = step_of(export(mlp, torch.randn(3, 12), tmp_path / "mlp.onnx"), 3)
+    measurements = {}
+    for op in step.operations:
+        if op.op_type == "Gemm":
+            measurements[op.id] = Measurement(op.id, TimeStats.from_samples([2.0]))
+        elif op.op_type == "Relu":
+            measurements[op.id] = Measurement(op.id, None, "no result row")
+    assigned = {op.id: 1000.0 for op in step.operations if op.op_type in ("Gemm", "Relu")}
+    frame = prediction_frame(step, measurements, {}, assigned)
+    gemm_occurrences = sum(op.count for op in step.operations if op.op_type == "Gemm")
+    assert frame["predicted_ms"].sum() == pytest.approx(2.0 * gemm_occurrences)
+    assert set(frame.loc[frame["op_type"] == "Relu", "status"]) == {"failed"}
+    assert set(frame.loc[frame["op_type"] == "Softmax", "status"]) == {"no benchmark"}
+
+    profile = pd.DataFrame(
+        [{"name": "aten::empty", "input_shapes": "[[]]", "calls": 1, "time_us": 500.0},
+         {"name": "aten::mystery", "input_shapes": "[[]]", "calls": 1, "time_us": 250.0}]
+    )  # fmt: skip
+    match = match_profile(profile, step.operations, step.passes, load_table())
+    profiled_ms = frame["in_training_ms"].sum() + 1.0
+    metrics = prediction_metrics(frame, match, measured_ms=10.0, profiled_ms=profiled_ms, nodes_total=4, nodes_served=3)
+    assert metrics["step_time_predicted_ms"] == pytest.approx(2.0 * gemm_occurrences)
+    assert metrics["prediction_error_pct"] == pytest.approx(100 * (2.0 * gemm_occurrences - 10.0) / 10.0)
+    assert metrics["unexplained_time_pct"] == pytest.approx(100 * 1.0 / profiled_ms)
+    relu_ms = frame.loc[frame["op_type"] == "Relu", "in_training_ms"].sum()
+    assert metrics["uncovered_time_pct"] == pytest.approx(100 * relu_ms / profiled_ms)
+    assert metrics["nodes_served_pct"] == 75.0
+    per_type = op_type_frame(frame).set_index("op_type")
+    assert bool(per_type.loc["Gemm", "covered"]) and not bool(per_type.loc["Relu", "covered"])
+    breakdown = time_breakdown(frame, match, profiled_ms).set_index("part")
+    assert breakdown.loc["framework", "ms"] == pytest.approx(0.5)
+    assert breakdown.loc["unmatched operators", "ms"] == pytest.approx(0.25)
+    assert math.isclose(breakdown.loc["Gemm forward", "share_pct"], 100 * 2.0 / profiled_ms)
