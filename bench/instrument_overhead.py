@@ -30,14 +30,16 @@ sys.path.insert(0, str(PROJECT_ROOT / "TrainingBenchmarks"))
 from resnet_cifar import ResNetCifar, synthetic_cifar  # noqa: E402
 
 
-def train(steps: int, batch_size: int, width: int, session: ProfileSession | None) -> tuple[float, float]:
-    """Seconds for ``steps`` training steps, each wrapped in ``session.batch`` when a session is given, and
-    the seconds the instrumentation spent outside the timed steps (entering, leaving, writing, finishing)."""
+def train(steps: int, batch_size: int, width: int, session: ProfileSession | None) -> tuple[float, float, float]:
+    """Wall seconds for ``steps`` training steps, each wrapped in ``session.batch`` when a session is given;
+    the seconds the instrumentation spent outside the timed steps (entering, leaving, writing, finishing);
+    and the process CPU seconds (less sensitive to other processes on the machine at one thread)."""
     torch.manual_seed(0)
     model = ResNetCifar(width=width)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     data = synthetic_cifar(4, batch_size, torch.device("cpu"), seed=0)
     outside = 0.0
+    cpu_start = time.process_time()
     start = time.perf_counter()
     for batch_idx in range(steps):
         inputs, targets = data[batch_idx % len(data)]
@@ -60,7 +62,7 @@ def train(steps: int, batch_size: int, width: int, session: ProfileSession | Non
         finish_start = time.perf_counter()
         session.finish()
         outside += time.perf_counter() - finish_start
-    return time.perf_counter() - start, outside
+    return time.perf_counter() - start, outside, time.process_time() - cpu_start
 
 
 def unprofiled_batch_cost_us(calls: int = 100_000) -> float:
@@ -95,17 +97,21 @@ def main() -> None:
 
     train(3, args.batch_size, args.width, None)  # warm the allocator and oneDNN caches once
     plain, instrumented, profiled_s, unprofiled_s, outside_s = [], [], [], [], []
+    plain_cpu, instrumented_cpu = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for repeat in range(args.repeats):
             order = ("plain", "instrumented") if repeat % 2 == 0 else ("instrumented", "plain")
             for mode in order:
                 if mode == "plain":
-                    plain.append(train(args.steps, args.batch_size, args.width, None)[0])
+                    seconds, _, cpu = train(args.steps, args.batch_size, args.width, None)
+                    plain.append(seconds)
+                    plain_cpu.append(cpu)
                     continue
                 settings = ProfileSettings(args.warmup, args.profiled, Path(tmp) / f"run{repeat}")
                 session = ProfileSession(settings)
-                seconds, outside = train(args.steps, args.batch_size, args.width, session)
+                seconds, outside, cpu = train(args.steps, args.batch_size, args.width, session)
                 instrumented.append(seconds)
+                instrumented_cpu.append(cpu)
                 outside_s.append(outside)
                 profiled_s.extend(session.step_times(profiled=True))
                 unprofiled_s.extend(session.step_times(profiled=False)[args.warmup :])
@@ -127,6 +133,7 @@ def main() -> None:
         "total_ratio_median": statistics.median(i / p for i, p in zip(instrumented, plain, strict=True)),
         "total_ratio_of_sums": sum(instrumented) / sum(plain),
         "total_ratio_of_minima": min(instrumented) / min(plain),  # the least disturbed run of each
+        "cpu_time_ratio_of_sums": sum(instrumented_cpu) / sum(plain_cpu),
         "profiled_batch_s_median": statistics.median(profiled_s),
         "unprofiled_batch_s_median": statistics.median(unprofiled_s),
         "profiled_batch_slowdown": statistics.median(profiled_s) / step_s,
