@@ -31,8 +31,8 @@ class Server:
     def __init__(self, url: str) -> None:
         self.url = url
 
-    def get(self, path: str, **query: str) -> bytes:
-        with urllib.request.urlopen(f"{self.url}{path}?{urllib.parse.urlencode(query)}", timeout=30) as response:
+    def get(self, endpoint: str, **query: str) -> bytes:
+        with urllib.request.urlopen(f"{self.url}{endpoint}?{urllib.parse.urlencode(query)}", timeout=30) as response:
             return response.read()
 
     def post(self, path: str, body: dict) -> dict:
