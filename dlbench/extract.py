@@ -481,21 +481,50 @@ def _fold_and_infer(model: Any, shapes: dict[str, Shape | None], notes: list[str
 
 
 def _symbolic_shapes(model: Any, notes: list[str]) -> dict[str, Shape | None]:
-    """Shapes from onnxruntime's symbolic inference, for the dimensions ONNX's own inference left open."""
+    """Shapes from onnxruntime's symbolic inference, for the dimensions ONNX's own inference left open.
+
+    Its ``infer_shapes`` writes ``sym_shape_infer_temp.onnx`` and weight files into the working directory
+    whenever it cannot infer everything, and then returns nothing; so its steps are run here directly,
+    which also keeps the shapes it did infer (or, should those internals change, the public call runs in
+    a temporary directory)."""
     try:
         from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
     except ImportError:
         notes.append("onnxruntime is not installed: no symbolic shape inference for open dimensions")
         return {}
     try:
-        result = SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=False)
+        inference = SymbolicShapeInference(2**31 - 1, True, False, 0)
+        if all(hasattr(inference, a) for a in ("_preprocess", "_infer_impl", "_update_output_from_vi")):
+            inference._preprocess(model)
+            complete = False
+            while inference.run_:
+                complete = inference._infer_impl()
+            inference._update_output_from_vi()
+            result = inference.out_mp_
+            if not complete:
+                notes.append("symbolic shape inference left some shapes open")
+        else:
+            result = _symbolic_in_scratch_directory(SymbolicShapeInference, model)
     except Exception as err:  # noqa: BLE001 - any failure in the third-party pass just leaves dims open
         notes.append(f"symbolic shape inference failed: {type(err).__name__}: {err}")
         return {}
     if result is None:
-        notes.append("symbolic shape inference could not complete (unsupported operators)")
+        notes.append("symbolic shape inference could not run (opset below 7)")
         return {}
     return _value_shapes(result.graph)
+
+
+def _symbolic_in_scratch_directory(inference: Any, model: Any) -> Any:
+    import os
+    import tempfile
+
+    previous = Path.cwd()
+    with tempfile.TemporaryDirectory(prefix="dlbench_symbolic_") as scratch:
+        os.chdir(scratch)
+        try:
+            return inference.infer_shapes(model, auto_merge=True, guess_output_rank=False)
+        finally:
+            os.chdir(previous)
 
 
 # ----------------------------------------------------------------------------------------- attributes

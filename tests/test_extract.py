@@ -260,6 +260,17 @@ def test_nodes_whose_shapes_cannot_be_inferred_are_listed_and_the_rest_extracted
         extract_operations(path, BATCH, strict=True)
 
 
+def test_incomplete_inference_leaves_the_working_directory_alone(tmp_path: Path, monkeypatch):
+    # onnxruntime's symbolic inference would drop sym_shape_infer_temp.onnx and weight files here
+    path = _with_custom_node(exported("mlp"), tmp_path / "mystery.onnx", replace="/layers/layers.1/Relu")
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    extraction = extract_operations(path, BATCH)
+    assert extraction.skipped and "symbolic shape inference left some shapes open" in extraction.notes
+    assert list(workdir.iterdir()) == []
+
+
 def _attribute(kind: int) -> onnx.AttributeProto:
     """An attribute named ``a`` of each AttributeProto type."""
     tensor = helper.make_tensor("t", onnx.TensorProto.FLOAT, [2], [1.5, 2.5])
