@@ -28,7 +28,7 @@ from dlbench.model import Operation
 DEFAULT_TABLE = Path(__file__).resolve().parent.parent / "conf" / "match" / "default.yaml"
 
 #: Op types whose tensors are described with leading 1s (elementwise style); others use N, C, H, W.
-NCHW_STYLE = frozenset({"Relu", "Add", "Softmax", "LayerNormalization"})
+NCHW_STYLE = frozenset({"Relu", "Add", "Softmax", "LayerNormalization", "SGD"})
 GEMM_TYPES = frozenset({"Gemm", "MatMul"})
 Shape = tuple[int, ...]
 

@@ -149,7 +149,8 @@ def training_step(
     - ``fuse_bias_add``: an Add of a constant right after a MatMul/Gemm is PyTorch's addmm, not a kernel;
     - ``loss``: cross entropy on the first graph output, as a Softmax forward and backward on it flattened
       to (rows, classes);
-    - ``optimizer``: ``updates_per_parameter`` elementwise updates of each parameter's shape.
+    - ``optimizer``: per parameter tensor one ``SGD`` operation of its shape (the in-place momentum update,
+      measured by :mod:`dlbench.evaluate`), or ``updates_per_parameter`` operations of another op_type.
     """
     options = dict(options or {})
     notes: list[str] = []
@@ -194,20 +195,22 @@ def training_step(
             notes.append(f"loss: the shape of output {facts.outputs[0]!r} is not static; no loss operations")
     optimizer = options.get("optimizer") or {}
     if facts is not None and optimizer.get("enabled", True) and facts.parameters:
-        per_parameter = int(optimizer.get("updates_per_parameter", 3))
-        op_type = str(optimizer.get("op_type", "Add"))
+        op_type = str(optimizer.get("op_type", "SGD"))
+        # one SGD operation runs the whole update of a tensor; an Add stands for one of its passes
+        per_parameter = 1 if op_type == "SGD" else int(optimizer.get("updates_per_parameter", 3))
         by_shape: dict[tuple[int, ...], list[str]] = {}
         for name, shape in facts.parameters:
             by_shape.setdefault(_rank4(shape), []).append(name)
         for shape, names in by_shape.items():
-            n, c, h, w = shape
-            params = {"N": n, "C": c, "H": h, "W": w, "N_b": n, "C_b": c, "H_b": h, "W_b": w}
+            params = dict(zip("NCHW", shape, strict=True))
+            if op_type != "SGD":
+                params.update({f"{d}_b": v for d, v in zip("NCHW", shape, strict=True)})
             op = _synthetic(next_id, op_type, params, per_parameter * len(names), "", dtype_bytes)
             operations.append(replace(op, nodes=tuple(f"optimizer:{name}" for name in names)))
             passes[next_id] = OPTIMIZER_PASS
             next_id += 1
         notes.append(
-            f"optimizer: {per_parameter} {op_type} updates per parameter tensor ({len(facts.parameters)} tensors)"
+            f"optimizer: {per_parameter} {op_type} operation(s) per parameter tensor ({len(facts.parameters)} tensors)"
         )
     return TrainingStep(tuple(operations), passes, tuple(dict.fromkeys(notes)))
 

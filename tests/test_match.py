@@ -186,7 +186,7 @@ def test_real_profile_of_a_tiny_network_matches_its_compute_operators(tmp_path: 
     matched = result.rows[result.rows["status"] == "matched"]
     kinds = set(matched["category"])
     for expected in ("Conv/forward", "BatchNormalization/forward", "BatchNormalization/backward", "Relu/forward",
-                     "Relu/backward", "Gemm/forward", "Softmax/loss_forward", "Add/optimizer"):  # fmt: skip
+                     "Relu/backward", "Gemm/forward", "Softmax/loss_forward", "SGD/optimizer"):  # fmt: skip
         assert expected in kinds, f"{expected} not matched; matched: {sorted(kinds)}"
     assert any(c.startswith("Conv/backward") for c in kinds)
     # the convolution's input is the network input: no data gradient is computed, nor predicted

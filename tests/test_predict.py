@@ -81,7 +81,8 @@ def test_loss_and_optimizer_operations_follow_the_logits_and_parameter_shapes(tm
         for op in step.operations
         if step.pass_of(op.id) == "optimizer"
     }
-    assert updates == {(24, 12): 3, (1, 24): 3, (5, 24): 3, (1, 5): 3}
+    assert updates == {(24, 12): 1, (1, 24): 1, (5, 24): 1, (1, 5): 1}
+    assert {op.op_type for op in step.operations if step.pass_of(op.id) == "optimizer"} == {"SGD"}
 
 
 def test_options_turn_the_training_additions_off(tmp_path: Path):
@@ -150,3 +151,18 @@ def test_prediction_sums_benchmark_time_times_occurrences_and_reports_shares(tmp
     assert breakdown.loc["framework", "ms"] == pytest.approx(0.5)
     assert breakdown.loc["unmatched operators", "ms"] == pytest.approx(0.25)
     assert math.isclose(breakdown.loc["Gemm forward", "share_pct"], 100 * 2.0 / profiled_ms)
+
+
+def test_builtin_sgd_benchmark_times_the_in_place_update_per_shape(tmp_path: Path):
+    from dlbench.evaluate import builtin_sgd_benchmark
+    from dlbench.model import Operation
+    from dlbench.runner import RunSettings, measure_operations
+
+    ops = [
+        Operation(0, "SGD", (("N", 1), ("C", 1), ("H", 64), ("W", 32))),
+        Operation(1, "SGD", (("N", 1), ("C", 1), ("H", 0), ("W", 32))),
+    ]
+    settings = RunSettings(warmup=1, min_reps=2, min_time_s=0, threads=1)
+    result, _ = measure_operations(builtin_sgd_benchmark(), ops, settings, tmp_path)
+    assert result.measurements[0].ok and result.measurements[0].stats.median_ms > 0
+    assert not result.measurements[1].ok and "positive integers" in result.measurements[1].error

@@ -20,6 +20,7 @@ import pandas as pd
 from dlbench import PROJECT_ROOT
 from dlbench.app import AppContext, TaskFailed
 from dlbench.config import DlbenchConfig
+from dlbench.evaluate import SGD_OP_TYPE, builtin_sgd_benchmark
 from dlbench.model import Measurement
 
 log = logging.getLogger(__name__)
@@ -100,7 +101,13 @@ def measure_step(cfg: DlbenchConfig, ctx: AppContext, operations, device: str, r
     measurements: dict[int, Measurement] = {}
     implementations: dict[int, str] = {}
     workdir = ctx.output_dir / "protocol"
-    for entry, ops in plan.assignments:
+    assignments = list(plan.assignments)
+    served = {op.id for _, ops in assignments for op in ops}
+    # the optimizer is PyTorch's whatever the backend: its in-place update has a built-in benchmark
+    sgd = tuple(op for op in operations if op.op_type == SGD_OP_TYPE and op.id not in served)
+    if sgd:
+        assignments.append((builtin_sgd_benchmark(), sgd))
+    for entry, ops in assignments:
         log.info("measuring %d operations with %s", len(ops), entry.name)
         result, files = measure_with_progress(entry, ops, settings, workdir, f"{entry.name}_evaluate", cfg.quiet)
         for op in ops:

@@ -1,0 +1,116 @@
+"""How well operator benchmarks predict a training step: `task=evaluate` for the ResNet, the transformer and
+the MLP at several batch sizes on this machine; prints the prediction error and the unexplained share.
+
+    python bench/prediction_error.py                      # resnet_cifar, transformer_lm, mlp at 16, 32, 64
+    python bench/prediction_error.py --models mlp --batch-sizes 16 --threads 2
+
+Each evaluation is one MLflow run in a store of its own (default .dlbench/bench/prediction_error.db), so the
+figures can be looked at again with `mlflow ui --backend-store-uri sqlite:///...`. The machine's load
+average is printed before and after: on a shared machine it decides how far the figures can be trusted.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+COLUMNS = (
+    "step_time_predicted_ms",
+    "step_time_measured_ms",
+    "prediction_error_pct",
+    "unexplained_time_pct",
+    "uncovered_time_pct",
+    "framework_time_pct",
+    "unmatched_operator_time_pct",
+    "outside_operators_pct",
+    "covered_ratio_training_to_benchmark",
+)
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f} (1, 5, 15 min; {os.cpu_count()} logical cores)"
+
+
+def evaluate(model: str, batch_size: int, args: argparse.Namespace, uri: str, experiment: str) -> tuple[str, float]:
+    run_name = f"bench-{model}-bs{batch_size}-{int(time.time())}"
+    command = [
+        sys.executable, "-m", "dlbench", f"+benchmark={model}", "task=evaluate", f"batch_size={batch_size}",
+        f"threads={args.threads}", f"steps={args.steps}", f"profile.warmup={args.warmup}",
+        f"profile.batches={args.profiled}", f"mlflow.tracking_uri={uri}", f"mlflow.experiment={experiment}",
+        f"mlflow.run_name={run_name}", "quiet=true", *args.overrides,
+    ]  # fmt: skip
+    start = time.perf_counter()
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, timeout=args.timeout)  # noqa: S603
+    seconds = time.perf_counter() - start
+    if result.returncode != 0:
+        print(f"{model} bs{batch_size}: FAILED\n{result.stderr[-2000:]}", file=sys.stderr)
+    return run_name, seconds
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=["resnet_cifar", "transformer_lm", "mlp"])
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[16, 32, 64])
+    parser.add_argument("--threads", type=int, default=1, help="threads of training and benchmarks (0: all cores)")
+    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument("--warmup", type=int, default=5, help="training steps before the profiled ones")
+    parser.add_argument("--profiled", type=int, default=2, help="profiled training steps")
+    parser.add_argument("--store", default=str(ROOT / ".dlbench" / "bench" / "prediction_error.db"))
+    parser.add_argument("--experiment", default="prediction_error")
+    parser.add_argument("--timeout", type=float, default=1800)
+    parser.add_argument("--out", help="also write the table as CSV here")
+    parser.add_argument("overrides", nargs="*", help="extra dlbench overrides, e.g. measure.min_time_s=0.1")
+    args = parser.parse_args()
+
+    from dlbench.tracking import resolve_tracking, search_runs
+
+    Path(args.store).parent.mkdir(parents=True, exist_ok=True)
+    uri = f"sqlite:///{Path(args.store).resolve()}"
+    print(f"load average before: {load_average()}")
+    names = []
+    for model in args.models:
+        for batch_size in args.batch_sizes:
+            run_name, seconds = evaluate(model, batch_size, args, uri, args.experiment)
+            names.append((model, batch_size, run_name, seconds))
+            print(f"  {model} bs{batch_size}: {seconds:.0f} s, load average {load_average()}", flush=True)
+    print(f"load average after: {load_average()}")
+
+    import pandas as pd
+
+    runs = search_runs(resolve_tracking(uri, args.experiment), "", [args.experiment])
+    rows = []
+    for model, batch_size, run_name, seconds in names:
+        match = runs[runs["tags.mlflow.runName"] == run_name] if len(runs) else runs
+        row = {"model": model, "batch_size": batch_size, "seconds": seconds}
+        if len(match):
+            record = match.iloc[0]
+            row["status"] = record["status"]
+            row.update({c: record.get(f"metrics.{c}") for c in COLUMNS})
+        else:
+            row["status"] = "missing"
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    with pd.option_context("display.width", 220, "display.max_columns", 20):
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    errors = [abs(e) for e in table.get("prediction_error_pct", []) if e == e]
+    if errors:
+        print(
+            f"|prediction error|: mean {statistics.fmean(errors):.1f}%, max {max(errors):.1f}% over {len(errors)} "
+            f"evaluations (aim: <= 15% each, <= 10% on average); threads={args.threads}"
+        )
+    if args.out:
+        table.to_csv(args.out, index=False)
+    return 0 if len(errors) == len(names) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
