@@ -187,7 +187,7 @@ def _quoted(value: object) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def find_resume_point(target, experiment_id: str, params: dict) -> ResumePoint | None:
+def find_resume_point(target, params: dict) -> ResumePoint | None:
     """The latest run in the experiment with the same benchmark, implementation, batch size, dtype, device,
     threads and operations, and the operations it measured successfully; None when there is none."""
     from dlbench.tracking import download_artifact, search_runs
@@ -237,7 +237,7 @@ def run_operator_sweep(cfg: DlbenchConfig, ctx: AppContext) -> int:
         params["operations_sha1"] = operations_digest(entry, operations)
         tags = sweep_tags(ctx, "operator_sweep", bench.name, entry.name)
         workdir = ctx.output_dir / "protocol"
-        resume = find_resume_point(target, experiment_id, params) if cfg.resume else None
+        resume = find_resume_point(target, params) if cfg.resume else None
         todo = list(operations)
         if resume is not None:
             todo = [op for op in operations if op.id not in resume.done_ids]
