@@ -1,5 +1,6 @@
 """How long ONNX extraction takes: a ResNet-50 and a 12-layer transformer encoder exported from plain torch,
-and the time of encoders of 2..12 layers against their node count (extraction should grow linearly).
+and the time of encoders of 2..12 layers (BERT-base width) and of narrow encoders of 12..96 layers against
+their node count (extraction should grow linearly).
 
     python bench/extract_speed.py [--repeats 3] [--batch-size 32] [--out extract_speed.csv]
 """
@@ -157,7 +158,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--seq", type=int, default=128, help="sequence length of the encoder input")
-    parser.add_argument("--layers", type=int, nargs="+", default=[2, 4, 8, 12])
+    parser.add_argument("--layers", type=int, nargs="*", default=[2, 4, 8, 12])
+    parser.add_argument(
+        "--narrow-layers",
+        type=int,
+        nargs="*",
+        default=[12, 24, 48, 96],
+        help="layer counts of narrow encoders (d_model 64), whose weights are too small to matter: the time "
+        "per node of the graph work alone",
+    )
     parser.add_argument("--out", type=Path, default=None, help="CSV of the figures")
     args = parser.parse_args(argv)
     torch.manual_seed(0)
@@ -177,6 +186,13 @@ def main(argv: list[str] | None = None) -> int:
             timing = time_extraction(path, args.batch_size, args.repeats)
             rows.append((f"encoder{layers}", layers, path.stat().st_size / 1e6, export_s, timing))
             path.unlink()
+        for layers in args.narrow_layers:
+            example = torch.randn(1, 16, 64)
+            model = encoder(layers, d_model=64, heads=4, hidden=256)
+            path, export_s = export(model, example, directory / f"narrow{layers}.onnx", False)
+            timing = time_extraction(path, args.batch_size, args.repeats)
+            rows.append((f"narrow{layers}", layers, path.stat().st_size / 1e6, export_s, timing))
+            path.unlink()
 
     header = ("model", "layers", "file_MB", "export_s", *(f.name for f in fields(Timing)))
     table = [(name, layers, size, export_s, *astuple(t)) for name, layers, size, export_s, t in rows]
@@ -187,17 +203,19 @@ def main(argv: list[str] | None = None) -> int:
     print("  ".join(f"{h:>14}" for h in header))
     for row in table:
         print("  ".join(f"{v:>14.3f}" if isinstance(v, float) else f"{v:>14}" for v in row))
-    encoders = [(layers, t) for _, layers, _, _, t in rows if layers > 0]
-    if len(encoders) >= 2:
-        nodes = [float(t.nodes) for _, t in encoders]
+    for family in ("encoder", "narrow"):
+        members = [t for name, layers, _, _, t in rows if layers > 0 and name.startswith(family)]
+        if len(members) < 2:
+            continue
+        nodes = [float(t.nodes) for t in members]
         series = {
-            "wall median": [t.median_s for _, t in encoders],
-            "CPU min": [t.cpu_min_s for _, t in encoders],
-            "CPU min without the file load": [t.cpu_min_s - t.load_cpu_min_s for _, t in encoders],
+            "wall median": [t.median_s for t in members],
+            "CPU min": [t.cpu_min_s for t in members],
+            "CPU min without the file load": [t.cpu_min_s - t.load_cpu_min_s for t in members],
         }
         for label, seconds in series.items():
             slope, intercept, r2 = linear_fit(nodes, seconds)
-            print(f"encoders, {label} vs nodes: {slope * 1e3:.3f} ms/node + {intercept:.3f} s, R^2 = {r2:.4f}")
+            print(f"{family}s, {label} vs nodes: {slope * 1e3:.3f} ms/node + {intercept:.3f} s, R^2 = {r2:.4f}")
     if args.out:
         import csv
 
