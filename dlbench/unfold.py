@@ -134,11 +134,8 @@ class Rule:
 
 
 def _number(value: Any) -> Number:
-    if isinstance(value, bool):
-        return int(value)
-    if isinstance(value, float) and value.is_integer():
-        return value
-    return value
+    """A rewritten descriptor value: comparisons give booleans, which the protocol writes as 0/1."""
+    return int(value) if isinstance(value, bool) else value
 
 
 @dataclass(frozen=True)
