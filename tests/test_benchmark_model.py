@@ -173,3 +173,19 @@ def test_benchmark_model_with_the_torch_backend_measures_real_kernels(tmp_path: 
     assert {"torch_gemm", "torch_relu"} <= set(runs)
     rows = results(store, runs["torch_gemm"].info.run_id)
     assert len(rows) == 3 and all(r["status"] == "ok" and float(r["median_ms"]) > 0 for r in rows)
+
+
+@pytest.mark.skipif(
+    "unfold" not in DlbenchConfig.__dataclass_fields__,
+    reason="needs the top-level `unfold` config key and the `unfold: none` default (lead's config.py/config.yaml)",
+)
+def test_unfold_is_chosen_on_the_command_line(tmp_path: Path, store: Store) -> None:
+    conf = fake_backend(tmp_path / "conf")
+    result = run_dlbench(
+        "task=benchmark_model", f"model={exported('mlp')}", "batch_size=8", "backend=custom", "unfold=default",
+        *FAST, "--config-dir", str(conf), cwd=tmp_path, store=store,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    runs = {r.data.params.get("implementation", "parent"): r for r in mlflow_runs(store)}
+    assert len(results(store, runs["fake_gemm"].info.run_id)) == 9  # 3 forward GEMMs, 2 backward each
+    assert runs["parent"].data.params["unfold"] == "True"
