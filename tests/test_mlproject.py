@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 import shutil
 import subprocess
 from pathlib import Path
@@ -47,6 +48,23 @@ def test_train_and_evaluate_entry_points_pass_their_parameters_on() -> None:
         "task=evaluate",
         "+benchmark=resnet_cifar",
     ]
+
+
+@pytest.mark.parametrize("entry_point", ["sweep", "train", "evaluate"])
+def test_mlproject_commands_reach_dlbench_with_each_parameter_intact(entry_point: str) -> None:
+    from mlflow.projects._project_spec import load_project
+
+    overrides = "measure.min_reps=3 'mlflow.run_name=two words' mlflow.experiment=$(id)"
+    command = (
+        load_project(str(REPO))
+        .get_entry_point(entry_point)
+        .compute_command({"benchmark": "relu", "overrides": overrides}, None)
+    )
+    argv = shlex.split(command)  # what the shell MLflow starts hands to python
+    assert argv[:3] == ["python", "-m", "dlbench.mlproject"]
+    entry, arguments = hydra_arguments(argv[3:])
+    assert entry == entry_point and "+benchmark=relu" in arguments
+    assert arguments[-3:] == ["measure.min_reps=3", "mlflow.run_name=two words", "mlflow.experiment=$(id)"]
 
 
 @pytest.mark.parametrize(
