@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import shutil
 import signal
 import statistics
 import subprocess
@@ -66,7 +67,7 @@ def measure_once(case: str, signum: int, workdir: Path, store: str) -> tuple[flo
     parent = psutil.Process(proc.pid)
     deadline = time.monotonic() + 180
     needle = "mlp.py" if case == "training" else "slow_relu.py"
-    while not any(needle in " ".join(c.cmdline()) for c in _children(parent)):
+    while not any(needle in _cmdline(c) for c in _children(parent)):
         if time.monotonic() > deadline or proc.poll() is not None:
             proc.kill()
             raise RuntimeError(f"{case}: the benchmark never started")
@@ -89,6 +90,13 @@ def measure_once(case: str, signum: int, workdir: Path, store: str) -> tuple[flo
     return children_s, exit_s, proc.returncode, runs[0].info.status
 
 
+def _cmdline(proc: psutil.Process) -> str:
+    try:
+        return " ".join(proc.cmdline())
+    except psutil.Error:  # it ended while we looked
+        return ""
+
+
 def _children(parent: psutil.Process) -> list[psutil.Process]:
     try:
         return parent.children(recursive=True)
@@ -101,9 +109,10 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--cases", default="sweep,sweep_stubborn,training")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="dlbench-interrupt-") as tmp:
+    tmp = tempfile.mkdtemp(prefix="dlbench-interrupt-")
+    try:
         store = f"sqlite:///{Path(tmp) / 'mlflow.db'}"
-        print(f"{'case':<16} {'signal':<8} {'children gone s':>16} {'exit s':>8} {'status':>7} run")
+        print(f"{'case':<16} {'signal':<8} {'children gone s':>16} {'exit s':>8} {'status':>7} run", flush=True)
         for case in args.cases.split(","):
             signals = (signal.SIGINT, signal.SIGTERM) if case == "sweep" else (signal.SIGINT,)
             for signum in signals:
@@ -115,8 +124,11 @@ def main() -> None:
                     exits.append(exit_s)
                 print(
                     f"{case:<16} {signum.name:<8} {statistics.median(kids):>16.2f} {statistics.median(exits):>8.2f} "
-                    f"{status:>7} {run_status}  (median of {args.repeats}; max exit {max(exits):.2f} s)"
+                    f"{status:>7} {run_status}  (median of {args.repeats}; max exit {max(exits):.2f} s)",
+                    flush=True,
                 )
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 if __name__ == "__main__":
