@@ -7,8 +7,10 @@ that includes its children and a *self* time that excludes them. Matching uses s
 times of different events never overlap, so their sum over any set of events is time spent exactly once.
 The table lists every level of a family (the wrappers and the kernel), so all of a convolution's levels
 are attributed to the same Conv operation; calls nested in a family but not listed (``aten::empty``,
-``aten::copy_``) are counted as framework time. The profiled step then splits without overlap into time
-assigned to operations, framework time, unmatched operator time and time outside any operator.
+``aten::copy_``) are counted as framework time. A name with a rule that is also listed as framework is
+framework time when no operation fits its shapes (``aten::fill_`` zeroing the logits' gradient belongs to
+the loss, elsewhere it is bookkeeping). The profiled step then splits without overlap into time assigned
+to operations, framework time, unmatched operator time and time outside any operator.
 """
 
 from __future__ import annotations
@@ -336,6 +338,11 @@ def match_profile(
                 shown = ", ".join(f"{k}={v}" for k, v in fields.items()) or "any shape"
                 problems.append(f"no {op_type} operation ({'/'.join(rule.passes)}) with {shown}")
         if not candidates:
+            if table.is_framework(name):  # a rule for some shapes (aten::fill_ of the logits), framework otherwise
+                records.append(
+                    {**record, "status": "framework", "category": "framework", "operations": "", "reason": ""}
+                )
+                continue
             records.append(
                 {
                     **record,

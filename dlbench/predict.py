@@ -345,7 +345,7 @@ def prediction_metrics(
         "profile_operator_time_ms": operator_ms,
         "prediction_error_pct": 100.0 * (predicted - measured_ms) / measured_ms if measured_ms else math.nan,
         "unexplained_time_pct": 100.0 * max(base - assigned, 0.0) / base if base else math.nan,
-        "uncovered_time_pct": 100.0 * max(assigned - covered, 0.0) / base if base else math.nan,
+        "uncovered_time_pct": 100.0 * _nonnegative(assigned - covered) / base if base else math.nan,
         "framework_time_pct": 100.0 * match.total_us("framework") / 1e3 / base if base else math.nan,
         "unmatched_operator_time_pct": 100.0 * match.total_us("unmatched") / 1e3 / base if base else math.nan,
         "outside_operators_pct": 100.0 * max(base - operator_ms, 0.0) / base if base else math.nan,
@@ -358,6 +358,11 @@ def prediction_metrics(
     if covered_predicted > 0:
         metrics["covered_ratio_training_to_benchmark"] = covered / covered_predicted
     return metrics
+
+
+def _nonnegative(value: float) -> float:
+    """A difference of sums, with float round-off below a nanosecond read as zero."""
+    return value if value > 1e-6 else 0.0
 
 
 def time_breakdown(frame: pd.DataFrame, match: Any, profiled_ms: float) -> pd.DataFrame:

@@ -198,3 +198,11 @@ def test_real_profile_of_a_tiny_network_matches_its_compute_operators(tmp_path: 
             assert result.assigned_us.get(op.id, 0) > 0, f"{op.label} ({step.pass_of(op.id)}) got no time"
     unmatched_compute = result.unmatched()
     assert result.total_us("unmatched") < 0.2 * result.total_us(), unmatched_compute.to_string()
+
+
+def test_a_name_with_a_rule_and_a_framework_entry_is_framework_when_no_operation_fits():
+    loss = Operation(0, "Softmax", (("N", 1), ("C", 1), ("H", 4), ("W", 10), ("axis", 3), ("mode", 1)))
+    rows = profile([("aten::fill_", [[4, 10], []], 6.0), ("aten::fill_", [[64], []], 2.0)])
+    result = match_profile(rows, [loss], {0: "loss_backward"}, load_table())
+    assert result.assigned_us == {0: 6.0}
+    assert result.total_us("framework") == 2.0 and result.total_us("unmatched") == 0
