@@ -262,6 +262,14 @@ def attach_roofline(run: Any, frame: pd.DataFrame, dtype: str, title: str) -> pd
     run.set_tags({"dlbench.roofline_run_id": roofline.run_id})
     if len(fractions):
         run.log_metrics({"roofline_fraction_median": float(fractions.median())})
+        if fractions.max() > 1.05:
+            log.warning(
+                "%s: operations run at up to %.2fx the roofline of run %s; it was measured under other conditions "
+                "(threads, load, dtype): measure it again with this sweep's settings",
+                title,
+                fractions.max(),
+                roofline.run_id,
+            )
     import matplotlib.pyplot as plt
 
     fig = plot_roofline_frame(frame, roofline, dtype, title)
