@@ -179,6 +179,14 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         "unfold_table": unfold_table.source,
     }
     tags = sweep_tags(ctx, "evaluation", bench.name)
+    load_start = os.getloadavg()[0]
+    if cfg.threads == 0 and load_start > (os.cpu_count() or 1):
+        log.warning(
+            "load average %.1f on %d cores and threads=0: OpenMP threads of an oversubscribed machine wait on each "
+            "other and times swing many-fold; consider threads=1",
+            load_start,
+            os.cpu_count() or 1,
+        )
     with TrackedRun(target, run_name, params, tags, experiment_id=experiment_id) as run:
         run.set_tags({"dlbench.run_id": run.run_id})
         if ctx.config_yaml:
@@ -217,6 +225,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         breakdown = time_breakdown(frame, matched, profiled_ms)
         uncovered = sorted(set(frame.loc[frame["status"] != "ok", "op_type"]))
 
+        metrics.update({"load_average_start": load_start, "load_average_end": os.getloadavg()[0]})
         run.log_metrics({k: v for k, v in metrics.items() if v == v})
         run.log_table(frame, "operations.csv")
         run.log_table(per_type, "op_types.csv")
