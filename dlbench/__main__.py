@@ -82,5 +82,15 @@ def main() -> None:
     app()
 
 
+def cli() -> None:
+    """Console entry: a one-line message on Ctrl-C/SIGTERM (runs were already ended KILLED), with the
+    conventional exit statuses 130 and 143."""
+    try:
+        main()
+    except KeyboardInterrupt as err:
+        print(f"dlbench: interrupted ({err})" if str(err) else "dlbench: interrupted", file=sys.stderr)
+        sys.exit(143 if type(err).__name__ == "RunInterrupted" else 130)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    cli()

@@ -205,6 +205,9 @@ class DlbenchConfig:
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)
     benchmark: BenchmarkConfig | None = None
+    #: task=benchmark_model: the training-unfolding strategy table, config group ``unfold``
+    #: (``none``: forward operations only; ``default``: conf/unfold/default.yaml)
+    unfold: Any = None
     match: MatchConfig = field(default_factory=MatchConfig)
     roofline: RooflineConfig = field(default_factory=RooflineConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)

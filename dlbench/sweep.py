@@ -43,6 +43,8 @@ def run_settings(cfg: DlbenchConfig, device: str) -> RunSettings:
         device=device,
         dtype=cfg.dtype,
         timeout_s=cfg.timeout,
+        op_budget_s=m.op_budget_s,
+        memory_fraction=m.memory_fraction,
     )
 
 

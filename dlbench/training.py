@@ -124,13 +124,18 @@ def run_training_benchmark(cfg: DlbenchConfig, ctx: AppContext) -> int:
             raise TaskFailed(f"training benchmark {entry.name} ({entry.source}): {missing}")
         log.info("training %s: %s", entry.name, shlex.join(command))
         stderr_path = workdir / STDERR_ARTIFACT
-        result = run_command(
-            command,
-            timeout=cfg.timeout,
-            env=child_env(run, experiment_id, profile_dir, cfg),
-            cwd=workdir,
-            stderr_path=stderr_path,
-        )
+        try:
+            result = run_command(
+                command,
+                timeout=cfg.timeout,
+                env=child_env(run, experiment_id, profile_dir, cfg),
+                cwd=workdir,
+                stderr_path=stderr_path,
+            )
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what the script said before it was stopped
+            if stderr_path.exists():
+                run.log_artifact(stderr_path)
+            raise
         (workdir / STDOUT_ARTIFACT).write_text(result.stdout, encoding="utf-8")
         run.log_artifact(stderr_path)
         run.log_artifact(workdir / STDOUT_ARTIFACT)
