@@ -152,9 +152,10 @@ def _pool(kind: str) -> Kernel:
                 grad, x, kernel, strides, padding, [1, 1], False, indices
             )
         if mode == 0:
-            return lambda: F.avg_pool2d(x, kernel, strides, padding)
-        grad = torch.randn_like(F.avg_pool2d(x, kernel, strides, padding))
-        return lambda: aten.avg_pool2d_backward(grad, x, kernel, strides, padding, False, True, None)
+            # ONNX's AveragePool (count_include_pad=0 by default) and oneDNN exclude the padding
+            return lambda: F.avg_pool2d(x, kernel, strides, padding, count_include_pad=False)
+        grad = torch.randn_like(F.avg_pool2d(x, kernel, strides, padding, count_include_pad=False))
+        return lambda: aten.avg_pool2d_backward(grad, x, kernel, strides, padding, False, False, None)
 
     return kernel_fn
 
