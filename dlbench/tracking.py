@@ -3,6 +3,7 @@ always end with an honest status (FINISHED, FAILED or KILLED) and keep what was 
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -55,9 +56,20 @@ def resolve_tracking(uri: str = "", experiment: str = "", start_dir: Path | None
     return TrackingTarget(resolved_uri, name)
 
 
-def _is_transient(err: BaseException) -> bool:
+def _is_transient(err: BaseException | str) -> bool:
     text = str(err).lower()
     return any(s in text for s in ("database is locked", "database table is locked", "unable to open database"))
+
+
+class _RetriedLockFilter(logging.Filter):
+    """MLflow logs every SQLite lock error with a traceback before raising it; ``with_retry`` retries those
+    (parallel jobs), so the log would only alarm. A lock error that outlasts the retries still propagates."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _is_transient(record.getMessage())
+
+
+logging.getLogger("mlflow.store.db.utils").addFilter(_RetriedLockFilter())
 
 
 def with_retry(fn: Callable[[], T], what: str, attempts: int = 8) -> T:
