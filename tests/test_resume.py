@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import csv
 import io
+import signal
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import pytest
-from helpers import FAST, Store, artifact_text, mlflow_runs, run_dlbench, write_fake_benchmark
+from helpers import FAST, Store, artifact_text, clean_env, mlflow_runs, run_dlbench, write_fake_benchmark
 
 
 def _input_ids(store: Store, run_id: str, stem: str) -> list[int]:
@@ -67,3 +71,60 @@ def test_resume_ignores_runs_of_another_batch_size(tmp_path: Path, store: Store)
     newest, _ = mlflow_runs(store)
     assert "dlbench.resumed_from" not in newest.data.tags
     assert _input_ids(store, newest.info.run_id, "flaky_relu") == [0, 1, 2, 3, 4, 5]
+
+
+SLOW_BENCHMARK = """\
+import sys, time
+path = sys.argv[-1]
+rows = [line.split(",")[0] for line in open(path) if line.strip()]
+with open(path[:-4] + "_out.csv", "w") as out:
+    out.write("id,ms\\n")
+    for op_id in rows:
+        time.sleep({row_s})
+        out.write(f"{{op_id}},1.5\\n")
+        out.flush()
+"""
+
+
+def _write_slow_benchmark(directory: Path, row_s: float) -> Path:
+    conf = write_fake_benchmark(directory, name="slow")  # the registry entry; the script is replaced below
+    (directory / "slow.py").write_text(SLOW_BENCHMARK.format(row_s=row_s))
+    return conf
+
+
+@pytest.mark.slow
+def test_sweep_stopped_by_sigterm_ends_killed_and_a_resumed_run_measures_the_rest(tmp_path: Path, store: Store) -> None:
+    sweep = ("+benchmark=relu", "backend=custom", "batch_size=1", *FAST, "resume=true")
+    conf = _write_slow_benchmark(tmp_path / "conf", row_s=0.5)
+    process = subprocess.Popen(
+        [sys.executable, "-m", "dlbench", *sweep, "--config-dir", str(conf)],
+        cwd=tmp_path,
+        env=clean_env(**store.env()),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and process.poll() is None:
+        outputs = list(tmp_path.glob(".dlbench/runs/*/protocol/slow_relu_out.csv"))
+        if outputs and outputs[0].read_text().count("\n") >= 3:  # header and two rows
+            break
+        time.sleep(0.1)
+    process.send_signal(signal.SIGTERM)
+    _, stderr = process.communicate(timeout=60)
+    assert process.returncode != 0, stderr
+    (killed,) = mlflow_runs(store)
+    assert killed.info.status == "KILLED"
+    rows = list(csv.DictReader(io.StringIO(artifact_text(store, killed.info.run_id, "results.csv"))))
+    done = [int(r["id"]) for r in rows if r["status"] == "ok"]
+    assert done[:2] == [0, 1] and len(done) < 6
+
+    _write_slow_benchmark(tmp_path / "conf", row_s=0)
+    second = run_dlbench(*sweep, "--config-dir", str(conf), cwd=tmp_path, store=store)
+    assert second.returncode == 0, second.stderr
+    resumed, _ = mlflow_runs(store)
+    assert resumed.data.tags["dlbench.resumed_from"] == killed.info.run_id
+    assert _input_ids(store, resumed.info.run_id, "slow_relu") == [i for i in range(6) if i not in done]
+    rows = list(csv.DictReader(io.StringIO(artifact_text(store, resumed.info.run_id, "results.csv"))))
+    assert len(rows) == 6 and all(r["status"] == "ok" for r in rows)
+    assert {r["source_run_id"] for r in rows if int(r["id"]) in done} == {killed.info.run_id}
