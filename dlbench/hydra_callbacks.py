@@ -87,6 +87,8 @@ def exclusive_cores(job: int, threads: int, parallel_jobs: int | None, lock_dir:
     launcher starts out of order never share a block); when every block is taken (more jobs at once than
     blocks) it waits for one. The original affinity is restored afterwards.
     """
+    if not hasattr(os, "sched_setaffinity"):
+        raise ValueError("exclusive_cores=true needs os.sched_setaffinity (Linux); drop it on this system")
     cores = available_cores()
     per_job = threads_per_job(threads, parallel_jobs, len(cores))
     if per_job > len(cores):
