@@ -98,3 +98,14 @@ def _list(store: Store, run_id: str) -> list:
     from mlflow.tracking import MlflowClient
 
     return MlflowClient(tracking_uri=store.uri).list_artifacts(run_id)
+
+
+def test_an_empty_unfold_table_still_gives_the_training_step_its_backward_pass():
+    from dlbench.config import DlbenchConfig
+    from dlbench.tasks.evaluate import training_unfold_table
+
+    for unfold in (None, {"strategies": {}}):
+        table = training_unfold_table(DlbenchConfig(task="evaluate", unfold=unfold))
+        assert {r.pass_name for r in table.rules_for("Conv")} == {"backward_data", "backward_weights"}
+    custom = training_unfold_table(DlbenchConfig(task="evaluate", unfold={"strategies": {"Relu": [{"pass": "bwd"}]}}))
+    assert set(custom.rules) == {"Relu"}

@@ -80,6 +80,17 @@ def run_training(cfg: DlbenchConfig, entry, arguments: list[str], workdir: Path)
     return profile_dir, result
 
 
+def training_unfold_table(cfg: DlbenchConfig):
+    """The unfold strategy table of ``cfg.unfold``; a training step always has its backward pass, so an
+    empty table (``unfold=none``, the default of task=benchmark_model) means the shipped one here."""
+    from dlbench.unfold import load_table
+
+    table = load_table(cfg.unfold) if getattr(cfg, "unfold", None) else None
+    if table is None or not any(table.rules.values()):
+        table = load_table()
+    return table
+
+
 def match_table(cfg: DlbenchConfig):
     from dlbench.match import load_table
 
@@ -139,7 +150,6 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     from dlbench.sweep import resolve_device, sweep_tags
     from dlbench.tracking import TrackedRun, prepare_store, resolve_tracking
     from dlbench.training import check_profile_window, resolve_parameters
-    from dlbench.unfold import load_table as load_unfold_table
     from dlbench.unfold import unfold_operations
 
     bench = cfg.benchmark
@@ -154,8 +164,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     device = resolve_device(cfg.device)
     arguments = resolve_parameters(entry, cfg)
     table = match_table(cfg)
-    unfold_source = getattr(cfg, "unfold", None) or None
-    unfold_table = load_unfold_table(unfold_source)
+    unfold_table = training_unfold_table(cfg)
     workdir = ctx.output_dir / "evaluate" / bench.name
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
