@@ -269,18 +269,23 @@ def run_operator_sweep(cfg: DlbenchConfig, ctx: AppContext) -> int:
                 if resume is not None:
                     run.log_metrics({"operations_resumed": float(len(operations) - len(todo))})
                 print_summary(frame, run_name, run.run_id)
-                if result.interrupted:
-                    raise KeyboardInterrupt(f"interrupted; {len(frame[frame.status == 'ok'])} operations were kept")
-                if not result.ok:
-                    problems = [result.run_error] if result.run_error else []
-                    problems += [f"id {i}: {result.measurements[i].error}" for i in result.failed_ids]
-                    raise TaskFailed(f"{entry.name}: " + "\n  ".join(problems))
+                raise_for_result(entry.name, result, f"{len(frame[frame.status == 'ok'])} operations were kept")
         except TaskFailed as err:
             failures.append(str(err))
             log.error("%s", err)
     if failures:
         raise TaskFailed("\n".join(failures))
     return 0
+
+
+def raise_for_result(name: str, result: SweepResult, kept: str = "") -> None:
+    """After logging: re-raise an interrupt, or fail with every run-wide and per-operation problem."""
+    if result.interrupted:
+        raise KeyboardInterrupt(f"{name} was interrupted" + (f"; {kept}" if kept else ""))
+    if not result.ok:
+        problems = [result.run_error] if result.run_error else []
+        problems += [f"id {i}: {result.measurements[i].error}" for i in result.failed_ids]
+        raise TaskFailed(f"{name}: " + "\n  ".join(problems))
 
 
 def print_summary(frame, run_name: str, run_id: str) -> None:

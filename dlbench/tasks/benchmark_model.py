@@ -101,6 +101,7 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
         log_sweep,
         measure_with_progress,
         print_summary,
+        raise_for_result,
         resolve_device,
         run_settings,
         sweep_params,
@@ -170,12 +171,7 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
                     print_summary(results, run_name, child.run_id)
                     model_total_ms += summary_metrics(results).get("network_total_ms", 0.0)
                     measured.append(results)
-                    if result.interrupted:
-                        raise KeyboardInterrupt(f"{entry.name} was interrupted")
-                    if not result.ok:
-                        problems = [result.run_error] if result.run_error else []
-                        problems += [f"id {i}: {result.measurements[i].error}" for i in result.failed_ids]
-                        raise TaskFailed(f"{entry.name}: " + "\n  ".join(problems))
+                    raise_for_result(entry.name, result)
             except TaskFailed as err:
                 failures.append(str(err))
                 log.error("%s", err)
