@@ -31,7 +31,7 @@ def table(store: Store, run_id: str, name: str) -> pd.DataFrame:
     return pd.read_csv(StringIO(artifact_text(store, run_id, name)))
 
 
-@pytest.mark.slow  # ~25 s on an idle 2-core machine: five processes import torch
+# ~16 s on a lightly loaded 2-core machine (five processes import torch), over a minute when it is busy
 def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_path: Path, store: Store):
     conf = small_mlp_config(tmp_path / "conf")
     result = run_dlbench(
