@@ -172,6 +172,21 @@ def run_totals(runs: pd.DataFrame) -> pd.DataFrame:
     return sweeps[["benchmark", "series", "batch_size", "total_ms"]].dropna()
 
 
+def evaluation_totals(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per evaluation: benchmark, series (system | predicted or measured), batch size and step time."""
+    evaluations = runs[runs["kind"] == "evaluation"]
+    rows = []
+    for column, label in (("step_time_predicted_ms", "predicted"), ("step_time_measured_ms", "measured")):
+        if column not in evaluations.columns:
+            continue
+        part = evaluations[["benchmark", "system", "batch_size", column]].rename(columns={column: "step_ms"})
+        part = part.assign(series=part["system"].fillna("").astype(str) + " | " + label)
+        rows.append(part[["benchmark", "series", "batch_size", "step_ms"]])
+    if not rows:
+        return pd.DataFrame(columns=["benchmark", "series", "batch_size", "step_ms"])
+    return pd.concat(rows, ignore_index=True).dropna()
+
+
 def implementations_side_by_side(operations: pd.DataFrame) -> pd.DataFrame:
     """Per (benchmark, system, batch size, dtype, operation): one median_ms column per implementation,
     and ``<impl>_over_<first>`` ratios when several implementations measured the same operation."""

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from helpers import FAST, Store, artifact_text, mlflow_runs, run_dlbench
 
-from dlbench.compare import implementations_side_by_side, results_in_ms
+from dlbench.compare import evaluation_totals, implementations_side_by_side, results_in_ms
 from dlbench.tracking import TrackedRun, TrackingTarget
 
 
@@ -89,3 +89,20 @@ def test_implementations_are_set_side_by_side_with_ratios_to_torch():
     side = implementations_side_by_side(operations).set_index("id")
     assert side["onednn_conv_over_torch_conv"].tolist() == [0.5, 1.25]
     assert implementations_side_by_side(operations[operations["implementation"] == "torch_conv"]).empty
+
+
+def test_evaluations_give_predicted_and_measured_step_times_per_batch_size():
+    runs = pd.DataFrame(
+        {
+            "kind": ["evaluation", "evaluation", "operator_sweep"],
+            "benchmark": ["mlp", "mlp", "relu"],
+            "system": ["s", "s", "s"],
+            "batch_size": [16, 32, 16],
+            "step_time_predicted_ms": [10.0, 20.0, None],
+            "step_time_measured_ms": [11.0, None, None],
+        }
+    )
+    totals = evaluation_totals(runs)
+    assert sorted(totals["series"].unique()) == ["s | measured", "s | predicted"]
+    assert totals.loc[totals["series"] == "s | predicted", "step_ms"].tolist() == [10.0, 20.0]
+    assert len(totals) == 3  # the missing measured value is left out, not plotted as zero

@@ -24,6 +24,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         by_batch_size,
         compare_runs,
         evaluation_table,
+        evaluation_totals,
         implementations_side_by_side,
         run_totals,
     )
@@ -80,6 +81,13 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
                 continue
             fig = plot_time_vs_batch(sub, f"{benchmark}: sum of median x count", value="total_ms")
             run.log_figure(fig, f"plots/{benchmark}_time_vs_batch.png")
+            plt.close(fig)
+            figures += 1
+        for benchmark, sub in evaluation_totals(runs).groupby("benchmark"):
+            if figures >= MAX_FIGURES or sub["batch_size"].nunique() < 2:
+                continue
+            fig = plot_time_vs_batch(sub, f"{benchmark}: training step, predicted and measured", value="step_ms")
+            run.log_figure(fig, f"plots/{benchmark}_step_time_vs_batch.png")
             plt.close(fig)
             figures += 1
         side = tables["implementations.csv"]
