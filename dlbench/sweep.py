@@ -146,6 +146,10 @@ def log_sweep(
     frame["source_run_id"] = run.run_id
     if kept is not None and len(kept):
         frame = pd.concat([kept, frame], ignore_index=True).sort_values("id", kind="stable", ignore_index=True)
+    from dlbench.roofline import attach_roofline
+
+    # arithmetic intensity and fraction of the roofline bound, when this system has a roofline run
+    frame = attach_roofline(run, frame, cfg.dtype, f"{title}: roofline")
     ok = frame[frame["status"] == "ok"]
     run.log_metric_series("median_ms", ok["median_ms"].tolist(), ok["id"].tolist())
     flops_rows = ok[ok["gflops_per_s"].notna()]
