@@ -26,6 +26,7 @@ from typing import Any
 import pandas as pd
 
 from dlbench.model import Operation
+from dlbench.tables import load_mapping
 
 DEFAULT_TABLE = Path(__file__).resolve().parent.parent / "conf" / "match" / "default.yaml"
 
@@ -193,25 +194,8 @@ def parse_table(data: Mapping[str, Any], source: str = "match table") -> MatchTa
 
 def load_table(source: str | Path | Mapping[str, Any] | None = None) -> MatchTable:
     """The table from a YAML file, a mapping (e.g. Hydra's ``cfg.match``), or the shipped default."""
-    if source is None or isinstance(source, str | Path):
-        import yaml
-
-        path = Path(source) if source is not None else DEFAULT_TABLE
-        if not path.is_file():
-            raise MatchError(f"{path}: no such match table")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as err:
-            raise MatchError(f"{path}: not valid YAML: {err}") from err
-        return parse_table(data, str(path))
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(source, DictConfig):
-            source = OmegaConf.to_container(source, resolve=True)  # type: ignore[assignment]
-    except ImportError:
-        pass
-    return parse_table(source, "match config")  # type: ignore[arg-type]
+    data, origin = load_mapping(source, DEFAULT_TABLE, MatchError, "match table")
+    return parse_table(data, origin)
 
 
 # ---------------------------------------------------------------------------------------- the profile

@@ -12,6 +12,7 @@ from typing import Any
 
 from dlbench.model import Number, Operation
 from dlbench.ops import DESCRIPTORS, operation_cost
+from dlbench.tables import load_mapping
 
 DEFAULT_TABLE = Path(__file__).resolve().parent.parent / "conf" / "unfold" / "default.yaml"
 
@@ -192,25 +193,8 @@ def parse_table(data: Mapping[str, Any], source: str = "unfold table") -> Unfold
 def load_table(source: str | Path | Mapping[str, Any] | None = None) -> UnfoldTable:
     """The strategy table from a YAML file, an already-loaded mapping (e.g. Hydra's ``cfg.unfold``), or
     the shipped ``conf/unfold/default.yaml`` when ``source`` is None."""
-    if source is None or isinstance(source, str | Path):
-        import yaml
-
-        path = Path(source) if source is not None else DEFAULT_TABLE
-        if not path.is_file():
-            raise UnfoldError(f"{path}: no such unfold strategy table")
-        try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.YAMLError as err:
-            raise UnfoldError(f"{path}: not valid YAML: {err}") from err
-        return parse_table(data, str(path))
-    try:
-        from omegaconf import DictConfig, OmegaConf
-
-        if isinstance(source, DictConfig):
-            source = OmegaConf.to_container(source, resolve=True)  # type: ignore[assignment]
-    except ImportError:
-        pass
-    return parse_table(source, "unfold config")  # type: ignore[arg-type]
+    data, origin = load_mapping(source, DEFAULT_TABLE, UnfoldError, "unfold strategy table")
+    return parse_table(data, origin)
 
 
 @dataclass(frozen=True)
