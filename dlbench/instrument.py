@@ -50,6 +50,9 @@ ENV_WARMUP = "DLBENCH_PROFILE_WARMUP"
 ENV_BATCHES = "DLBENCH_PROFILE_BATCHES"
 ENV_DIR = "DLBENCH_PROFILE_DIR"
 ENV_SYNC = "DLBENCH_PROFILE_SYNC"
+#: set by dlbench's training runner: a file where the number of finished steps is kept, for its progress bar
+ENV_PROGRESS = "DLBENCH_PROGRESS_FILE"
+PROGRESS_INTERVAL_S = 0.5
 
 DEFAULT_WARMUP = 5
 DEFAULT_BATCHES = 3
@@ -215,6 +218,9 @@ class ProfileSession:
         self._step = 0
         self._finished = False
         self._published = False
+        progress = os.environ.get(ENV_PROGRESS, "")
+        self._progress_path = Path(progress) if progress else None
+        self._next_progress = 0.0
 
     def batch(self, batch_idx: int) -> BatchScope:
         return BatchScope(self, batch_idx)
@@ -238,6 +244,8 @@ class ProfileSession:
         timeline = self._timeline
         step = self._step
         self._step += 1
+        if self._progress_path is not None and time.perf_counter() >= self._next_progress:
+            self._write_progress()
         timeline.steps.append(step)
         timeline.batches.append(scope.batch_idx)
         timeline.wall_s.append(scope.wall_s)
@@ -248,6 +256,17 @@ class ProfileSession:
             samples = scope._values.get("samples")
             if samples and scope.wall_s > 0:
                 timeline.values.setdefault("samples_per_s", []).append((step, samples / scope.wall_s))
+
+    def _write_progress(self) -> None:
+        """At most every PROGRESS_INTERVAL_S: the finished step count, replaced atomically for the reader."""
+        assert self._progress_path is not None
+        self._next_progress = time.perf_counter() + PROGRESS_INTERVAL_S
+        try:
+            partial = self._progress_path.with_suffix(".tmp")
+            partial.write_text(str(self._step), encoding="utf-8")
+            os.replace(partial, self._progress_path)
+        except OSError:
+            self._progress_path = None  # progress is a courtesy; never fail training for it
 
     def _record_profile(self, batch_idx: int, wall_s: float, profiler: Any) -> None:
         out_dir = self.settings.out_dir

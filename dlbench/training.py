@@ -14,7 +14,7 @@ from pathlib import Path
 from dlbench import PROJECT_ROOT
 from dlbench.app import AppContext, TaskFailed
 from dlbench.config import DlbenchConfig
-from dlbench.instrument import ENV_BATCHES, ENV_DIR, ENV_WARMUP, SUMMARY_FILE
+from dlbench.instrument import ENV_BATCHES, ENV_DIR, ENV_PROGRESS, ENV_WARMUP, SUMMARY_FILE
 from dlbench.registry import TrainingBenchmark, command_availability, load_registry
 
 log = logging.getLogger(__name__)
@@ -91,6 +91,7 @@ def child_env(run: object, experiment_id: str, profile_dir: Path, cfg: DlbenchCo
 def run_training_benchmark(cfg: DlbenchConfig, ctx: AppContext) -> int:
     """One MLflow run for one training benchmark; the run ends FAILED (and this raises ``TaskFailed``) when
     the script is missing, fails, times out or ends without writing its profile."""
+    from dlbench.progress import progress
     from dlbench.protocol import run_command
     from dlbench.sweep import sweep_tags
     from dlbench.tracking import TrackedRun, prepare_store, resolve_tracking
@@ -124,18 +125,31 @@ def run_training_benchmark(cfg: DlbenchConfig, ctx: AppContext) -> int:
             raise TaskFailed(f"training benchmark {entry.name} ({entry.source}): {missing}")
         log.info("training %s: %s", entry.name, shlex.join(command))
         stderr_path = workdir / STDERR_ARTIFACT
+        progress_path = workdir / "progress"
+        bar = progress(cfg.steps, f"{bench.name} bs{cfg.batch_size}", quiet=cfg.quiet, unit="step")
+
+        def poll() -> None:
+            try:
+                done = int(progress_path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return
+            bar.update(max(0, min(done, cfg.steps) - bar.n))
+
         try:
             result = run_command(
                 command,
                 timeout=cfg.timeout,
-                env=child_env(run, experiment_id, profile_dir, cfg),
+                env={**child_env(run, experiment_id, profile_dir, cfg), ENV_PROGRESS: str(progress_path)},
                 cwd=workdir,
                 stderr_path=stderr_path,
+                on_poll=poll,
             )
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what the script said before it was stopped
             if stderr_path.exists():
                 run.log_artifact(stderr_path)
             raise
+        finally:
+            bar.close()
         (workdir / STDOUT_ARTIFACT).write_text(result.stdout, encoding="utf-8")
         run.log_artifact(stderr_path)
         run.log_artifact(workdir / STDOUT_ARTIFACT)

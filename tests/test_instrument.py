@@ -135,6 +135,20 @@ def test_unprofiled_batches_create_no_profiler(tmp_path: Path):
     assert session.profilers_created == 1
 
 
+def test_progress_file_counts_finished_steps_at_most_once_an_interval(tmp_path: Path, monkeypatch):
+    progress = tmp_path / "progress"
+    monkeypatch.setenv(instrument.ENV_PROGRESS, str(progress))
+    monkeypatch.setattr(instrument, "PROGRESS_INTERVAL_S", 3600.0)  # no rewrite within the test unless asked
+    session = ProfileSession(ProfileSettings(warmup=10, batches=0, out_dir=tmp_path))
+    train_steps(session.batch, steps=1)
+    assert progress.read_text() == "1"
+    train_steps(session.batch, steps=3)  # fast steps within the interval: the file is not rewritten
+    assert progress.read_text() == "1"
+    session._next_progress = 0.0  # the interval has passed
+    train_steps(session.batch, steps=1)
+    assert progress.read_text() == "5"
+
+
 def test_every_batch_wall_time_goes_to_batches_csv(tmp_path: Path):
     session = ProfileSession(ProfileSettings(warmup=2, batches=2, out_dir=tmp_path))
     losses = train_steps(session.batch, steps=6)
