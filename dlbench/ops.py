@@ -37,6 +37,7 @@ DESCRIPTORS: dict[str, list[str]] = {
     "Add": ADD,
     "Softmax": SOFTMAX,
     "LayerNormalization": LAYERNORM,
+    "SGD": "N C H W".split(),  # one optimizer update of a parameter tensor of this shape
 }
 
 MODE_NAMES = {
@@ -98,6 +99,9 @@ def operation_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int = 4) 
             out_h, out_w = conv_output_hw(p)
             outs = int(p["N"]) * int(p["C"]) * out_h * out_w
             return float(outs * p["kernel_shape_0"] * p["kernel_shape_1"]), dtype_bytes * float(_elements(p) + outs)
+        if op_type == "SGD":  # buf = m buf + g; p -= lr buf: 3 FLOPs, 3 reads and 2 writes per element
+            e = _elements(p)
+            return float(3 * e), dtype_bytes * float(5 * e)
         if op_type in ("Softmax", "LayerNormalization"):
             e = _elements(p)
             return float(5 * e if op_type == "Softmax" else 8 * e), dtype_bytes * float(2 * e)

@@ -205,6 +205,20 @@ def layernorm(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> 
     return lambda: aten.native_layer_norm_backward(grad, x, shape, mean, rstd, weight, bias, [True, True, True])
 
 
+def sgd(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
+    """The optimizer step of one parameter tensor, in place as training runs it: SGD with momentum,
+    ``buf = 0.9 buf + grad; param -= lr buf``. (An out-of-place Add allocates a fresh output per call and
+    overestimates this several times over.)"""
+    shape = _shape4(p)
+    param, grad, buf = (_randn(shape, device, dtype) for _ in range(3))
+
+    def update() -> None:
+        buf.mul_(0.9).add_(grad)
+        param.add_(buf, alpha=-1e-6)
+
+    return update
+
+
 KERNELS: dict[str, Kernel] = {
     "Conv": conv,
     "Gemm": gemm,
@@ -217,6 +231,7 @@ KERNELS: dict[str, Kernel] = {
     "Add": add,
     "Softmax": softmax,
     "LayerNormalization": layernorm,
+    "SGD": sgd,
 }
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
@@ -261,6 +276,8 @@ def tensor_bytes(op_type: str, p: dict[str, float], element_size: int) -> int:
         b = b_shape[0] * b_shape[1] * b_shape[2] * b_shape[3]
         out = max(n, b_shape[0]) * max(c, b_shape[1]) * max(h, b_shape[2]) * max(w, b_shape[3])
         return (x + b + out) * element_size
+    if op_type == "SGD":
+        return 3 * x * element_size  # parameter, gradient, momentum buffer
     # elementwise and normalisations: input, output, and in backward a gradient and a saved result
     return (2 if mode == 0 or op_type == "GlobalAveragePool" else 4) * x * element_size
 
