@@ -165,4 +165,4 @@ def test_builtin_sgd_benchmark_times_the_in_place_update_per_shape(tmp_path: Pat
     settings = RunSettings(warmup=1, min_reps=2, min_time_s=0, threads=1)
     result, _ = measure_operations(builtin_sgd_benchmark(), ops, settings, tmp_path)
     assert result.measurements[0].ok and result.measurements[0].stats.median_ms > 0
-    assert not result.measurements[1].ok and "positive integers" in result.measurements[1].error
+    assert not result.measurements[1].ok and "id 1: SGD cannot run: H=0.0 must be >= 1" in result.measurements[1].error
