@@ -135,3 +135,24 @@ def write_fake_benchmark(
         )
     )
     return directory
+
+
+def live_processes_with(marker: str, settle_s: float = 5.0) -> list:
+    """Live (not zombie) processes whose command line holds ``marker``, after giving a kill ``settle_s``
+    seconds to land."""
+    import time
+
+    import psutil
+
+    deadline = time.monotonic() + settle_s
+    while True:
+        found = []
+        for proc in psutil.process_iter(["cmdline", "status"]):
+            try:
+                if marker in " ".join(proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                    found.append(proc)
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+        if not found or time.monotonic() > deadline:
+            return found
+        time.sleep(0.05)

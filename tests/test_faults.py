@@ -10,9 +10,8 @@ import textwrap
 import time
 from pathlib import Path
 
-import psutil
 import pytest
-from helpers import FAST, Store, artifact_text, mlflow_runs, run_dlbench
+from helpers import FAST, Store, artifact_text, live_processes_with, mlflow_runs, run_dlbench
 from mlflow.tracking import MlflowClient
 
 from dlbench.backends.timing import TimingSettings, time_repeated
@@ -241,22 +240,6 @@ def test_program_that_cannot_start_is_an_error_not_a_crash(tmp_path: Path) -> No
     assert set(errors(result)) == {0, 1, 2}
 
 
-def _processes_with(marker: str, settle_s: float = 5.0) -> list[psutil.Process]:
-    """Live processes whose command line holds ``marker``, after giving SIGKILL ``settle_s`` to land."""
-    deadline = time.monotonic() + settle_s
-    while True:
-        found = []
-        for proc in psutil.process_iter(["cmdline", "status"]):
-            try:
-                if marker in " ".join(proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                    found.append(proc)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
-
-
 def test_hang_past_the_timeout_kills_the_whole_process_group(tmp_path: Path) -> None:
     marker = f"dlbench-fault-hang-{tmp_path.name}"
     body = f"""
@@ -273,7 +256,7 @@ with open(out, "w") as f:
     assert time.perf_counter() - started < 10
     assert "flaky" in result.run_error and "timed out after 1.5 s and was killed" in result.run_error
     assert result.measurements[0].ok, "the row written before the hang is kept"
-    assert _processes_with(marker) == [], "the grandchild must die with the group"
+    assert live_processes_with(marker) == [], "the grandchild must die with the group"
 
 
 def test_children_left_behind_by_a_finished_program_are_stopped(tmp_path: Path) -> None:
@@ -281,7 +264,7 @@ def test_children_left_behind_by_a_finished_program_are_stopped(tmp_path: Path) 
     body = f'subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)", "{marker}"])\n' + WRITE_ALL
     _, result, _ = measure(tmp_path, body)
     assert result.ok, result.run_error
-    assert _processes_with(marker) == []
+    assert live_processes_with(marker) == []
 
 
 def test_stderr_flood_keeps_the_tail_and_the_measurements(tmp_path: Path) -> None:

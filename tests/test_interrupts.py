@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import FAST, REPO, Store, artifact_text, clean_env, mlflow_runs
+from helpers import FAST, REPO, Store, artifact_text, clean_env, live_processes_with, mlflow_runs
 
 #: Writes one row every ROW_S seconds; STUBBORN programs ignore SIGTERM and must be SIGKILLed.
 SLOW_PROGRAM = """\
@@ -87,21 +87,6 @@ def interrupt(proc: subprocess.Popen[str], signum: int, timeout: float = 60.0) -
     return time.perf_counter() - sent, out, err
 
 
-def alive_with(marker: str, settle_s: float = 5.0) -> list[psutil.Process]:
-    deadline = time.monotonic() + settle_s
-    while True:
-        found = []
-        for proc in psutil.process_iter(["cmdline", "status"]):
-            try:
-                if marker in " ".join(proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
-                    found.append(proc)
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
-        if not found or time.monotonic() > deadline:
-            return found
-        time.sleep(0.05)
-
-
 @pytest.mark.parametrize(
     ("signum", "stubborn"),
     [(signal.SIGINT, False), (signal.SIGTERM, False), pytest.param(signal.SIGINT, True, marks=pytest.mark.slow)],
@@ -122,8 +107,8 @@ def test_interrupted_sweep_ends_killed_with_the_rows_measured_so_far(
 
     assert proc.returncode != 0, out + err
     assert seconds < (12 if stubborn else 8), f"{seconds:.1f} s from the signal to the exit"
-    assert alive_with(marker) == [], "the benchmark's process group must be gone"
-    assert alive_with(str(conf / "slow_relu.py")) == []
+    assert live_processes_with(marker) == [], "the benchmark's process group must be gone"
+    assert live_processes_with(str(conf / "slow_relu.py")) == []
     (run,) = mlflow_runs(store)
     assert run.info.status == "KILLED"
     rows = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "results.csv"))))
