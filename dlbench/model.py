@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import statistics
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -131,7 +130,3 @@ class SweepResult:
     @property
     def ok(self) -> bool:
         return not self.run_error and not self.failed_ids
-
-
-def is_finite_positive(value: float) -> bool:
-    return math.isfinite(value) and value > 0

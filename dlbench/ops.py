@@ -40,15 +40,6 @@ DESCRIPTORS: dict[str, list[str]] = {
     "SGD": "N C H W".split(),  # one optimizer update of a parameter tensor of this shape
 }
 
-MODE_NAMES = {
-    "Conv": {0: "forward", 1: "backward_data", 2: "backward_weights"},
-    "BatchNormalization": {0: "forward_training", 1: "backward", 2: "forward_inference"},
-}
-
-
-def mode_name(op_type: str, mode: int) -> str:
-    return MODE_NAMES.get(op_type, {0: "forward", 1: "backward"}).get(int(mode), f"mode{mode}")
-
 
 def conv_output_hw(p: Mapping[str, Number]) -> tuple[int, int]:
     """Output height and width of a 2-D convolution or pooling window from its descriptors."""

@@ -37,7 +37,6 @@ ENV_VARS = {
     "DLBENCH_MEMORY_FRACTION": "skip an operation whose tensors need more than this fraction of free memory",
 }
 
-STAT_COLUMNS = ("min", "max", "mean", "std", "iqr")
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 STDERR_KEEP_BYTES = 256 * 1024
 #: stdout or stderr beyond this size means a runaway program: it is stopped before it fills the disk
@@ -86,12 +85,6 @@ def read_input(path: Path) -> list[tuple[int, list[float]]]:
         except ValueError as err:
             raise ProtocolError(f"{path}:{lineno}: not a row of numbers: {line[:200]!r}") from err
     return rows
-
-
-@dataclass(frozen=True)
-class OutputRow:
-    op_id: int
-    stats: TimeStats
 
 
 @dataclass(frozen=True)
