@@ -21,8 +21,9 @@ from torch import nn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from dlbench.extract import extract_operations, load_model  # noqa: E402
-from dlbench.opdb import deduplicate  # noqa: E402
+from dlbench.onnx.extract import extract_operations  # noqa: E402
+from dlbench.onnx.load import load_model
+from dlbench.onnx.opdb import deduplicate  # noqa: E402
 
 
 class Bottleneck(nn.Module):

@@ -24,7 +24,7 @@ import torch
 from torch.nn import functional as F
 
 from dlbench import PROJECT_ROOT
-from dlbench.instrument import ProfileSession, ProfileSettings
+from dlbench.training.instrument import ProfileSession, ProfileSettings
 
 sys.path.insert(0, str(PROJECT_ROOT / "TrainingBenchmarks"))
 from resnet_cifar import ResNetCifar, synthetic_cifar  # noqa: E402

@@ -1,7 +1,7 @@
 """oneDNN executable vs PyTorch on the distinct ResNet-50 convolutions: time ratio and GFLOP/s per layer.
 
 Both run through the executable protocol with the same settings and thread count:
-``native/build/bin/onednn_conv`` and ``python -m dlbench.backends.torch_kernels Conv``. Build native/
+``native/build/bin/onednn_conv`` and ``python -m dlbench.backends.torch Conv``. Build native/
 first (``cmake -S native -B native/build && cmake --build native/build -j``).
 
     python bench/native_vs_torch.py --batch 1 8 --threads 2 --rounds 2 --output native_vs_torch.csv
@@ -33,8 +33,9 @@ import yaml
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from dlbench.ops import DESCRIPTORS, operation_cost  # noqa: E402
-from dlbench.protocol import output_path_for, parse_output, run_command, write_input  # noqa: E402
+from dlbench.core.descriptors import DESCRIPTORS, operation_cost  # noqa: E402
+from dlbench.core.process import run_command  # noqa: E402
+from dlbench.operators.protocol import output_path_for, parse_output, write_input  # noqa: E402
 
 CONV_YAML = REPO / "conf" / "benchmark" / "conv.yaml"
 ONEDNN_CONV = REPO / "native" / "build" / "bin" / "onednn_conv"
@@ -91,7 +92,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.keep_heap:
         env |= {"MALLOC_MMAP_THRESHOLD_": str(2**32), "MALLOC_TRIM_THRESHOLD_": str(2**32)}
-    torch_command = [sys.executable, "-m", "dlbench.backends.torch_kernels", "Conv"]
+    torch_command = [sys.executable, "-m", "dlbench.backends.torch", "Conv"]
     records = []
     with tempfile.TemporaryDirectory(prefix="native_vs_torch_") as tmp:
         workdir = Path(tmp)

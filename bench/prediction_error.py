@@ -71,7 +71,7 @@ def main() -> int:
     parser.add_argument("overrides", nargs="*", help="extra dlbench overrides, e.g. measure.min_time_s=0.1")
     args = parser.parse_args()
 
-    from dlbench.tracking import resolve_tracking, search_runs
+    from dlbench.tracking.store import resolve_tracking, search_runs
 
     Path(args.store).parent.mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{Path(args.store).resolve()}"

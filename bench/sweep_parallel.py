@@ -92,13 +92,17 @@ def logging_seconds(uri: str, runs: int, workdir: Path) -> list[float]:
     import matplotlib
 
     matplotlib.use("Agg")
-    from dlbench.app import AppContext
+    from dlbench.analysis.report import log_sweep
     from dlbench.config import BenchmarkConfig, DlbenchConfig
-    from dlbench.registry import load_registry
-    from dlbench.runner import measure_operations
-    from dlbench.sweep import log_sweep, run_settings, select_implementations, sweep_params, sweep_tags
-    from dlbench.tracking import TrackedRun, TrackingTarget, prepare_store
-    from dlbench.workload import operations_from_benchmark
+    from dlbench.core.context import AppContext
+    from dlbench.operators.measure import sweep_params
+    from dlbench.operators.plan import select_implementations
+    from dlbench.operators.registry import load_registry
+    from dlbench.operators.runner import measure_operations, run_settings
+    from dlbench.operators.workload import operations_from_benchmark
+    from dlbench.tracking.run import TrackedRun
+    from dlbench.tracking.runs import run_tags
+    from dlbench.tracking.store import TrackingTarget, prepare_store
 
     bench = BenchmarkConfig(
         name="relu", op_type="Relu", common={"N": 1, "mode": 0},
@@ -113,12 +117,14 @@ def logging_seconds(uri: str, runs: int, workdir: Path) -> list[float]:
     target = TrackingTarget(uri, "logging-cost")
     experiment_id = prepare_store(target)
     params = sweep_params(cfg, entry, "relu", len(operations), "cpu")
-    tags = sweep_tags(ctx, "operator_sweep", "relu", entry.name)
+    tags = run_tags(ctx, "operator_sweep", "relu", entry.name)
     seconds = []
     for i in range(runs):
         started = time.perf_counter()
-        with TrackedRun(target, f"logging-{i}", params, tags, experiment_id=experiment_id) as run:
-            log_sweep(run, cfg, ctx, operations, result, files, "logging cost")
+        with TrackedRun(
+            target, f"logging-{i}", params, tags, experiment_id=experiment_id, config_yaml=ctx.config_yaml
+        ) as run:
+            log_sweep(run, cfg, operations, result, files, "logging cost")
         seconds.append(time.perf_counter() - started)
     return seconds
 

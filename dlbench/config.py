@@ -11,6 +11,8 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from dlbench.core.settings import default
+
 TASKS = ("run", "list", "extract", "benchmark_model", "evaluate", "compare")
 DEVICES = ("cpu", "cuda", "auto")
 DTYPES = ("float32", "float16", "bfloat16")
@@ -19,16 +21,15 @@ BENCHMARK_KINDS = ("operator", "training", "roofline")
 
 @dataclass
 class MeasureConfig:
-    """How each operation is timed: warm-up, then repeat until both minima are met (capped)."""
+    """How each operation is timed: warm-up, then repeat until both minima are met (capped). Defaults and
+    meanings: :data:`dlbench.core.settings.MEASURE_SETTINGS`, the table executables are handed."""
 
-    warmup: int = 3
-    min_reps: int = 10
-    max_reps: int = 1000
-    min_time_s: float = 0.2
-    #: seconds one operation may take (warm-up and repetitions); 0: no limit beyond ``timeout``
-    op_budget_s: float = 0.0
-    #: skip an operation whose tensors would need more than this fraction of the free device memory
-    memory_fraction: float = 0.8
+    warmup: int = int(default("warmup"))
+    min_reps: int = int(default("min_reps"))
+    max_reps: int = int(default("max_reps"))
+    min_time_s: float = float(default("min_time_s"))
+    op_budget_s: float = float(default("op_budget_s"))
+    memory_fraction: float = float(default("memory_fraction"))
 
     def __post_init__(self) -> None:
         if self.warmup < 0:

@@ -3,33 +3,36 @@ unless the operation's time budget runs out first."""
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from dlbench.model import TimeStats
+from dlbench.core.settings import default, from_environment
+from dlbench.core.values import TimeStats
 
 
 @dataclass(frozen=True)
 class TimingSettings:
-    warmup: int = 3
-    min_reps: int = 10
-    max_reps: int = 1000
-    min_time_s: float = 0.2
+    """The measurement settings of :mod:`dlbench.core.settings` as a timing loop needs them."""
+
+    warmup: int = int(default("warmup"))
+    min_reps: int = int(default("min_reps"))
+    max_reps: int = int(default("max_reps"))
+    min_time_s: float = float(default("min_time_s"))
     #: seconds one operation may take, warm-up included; 0: no limit. At least one timed sample is
     #: always taken, so a spent budget shortens the measurement but never empties it.
-    budget_s: float = 0.0
+    budget_s: float = float(default("op_budget_s"))
 
     @classmethod
     def from_env(cls) -> TimingSettings:
-        d = cls()
+        """What the runner handed over in ``DLBENCH_*`` variables (defaults for unset ones)."""
+        v = from_environment(("warmup", "min_reps", "max_reps", "min_time_s", "op_budget_s"))
         return cls(
-            warmup=int(os.environ.get("DLBENCH_WARMUP", d.warmup)),
-            min_reps=int(os.environ.get("DLBENCH_MIN_REPS", d.min_reps)),
-            max_reps=int(os.environ.get("DLBENCH_MAX_REPS", d.max_reps)),
-            min_time_s=float(os.environ.get("DLBENCH_MIN_TIME_S", d.min_time_s)),
-            budget_s=float(os.environ.get("DLBENCH_OP_BUDGET_S", d.budget_s)),
+            warmup=int(v["warmup"]),
+            min_reps=int(v["min_reps"]),
+            max_reps=int(v["max_reps"]),
+            min_time_s=float(v["min_time_s"]),
+            budget_s=float(v["op_budget_s"]),
         )
 
 

@@ -5,78 +5,28 @@ log one run per benchmark under the extraction run."""
 from __future__ import annotations
 
 import logging
-from collections import Counter
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
-from dlbench.app import AppContext, TaskFailed
+from dlbench.analysis.report import log_sweep, print_summary
+from dlbench.analysis.results import summary_metrics, time_by_op_type
 from dlbench.config import DlbenchConfig
-from dlbench.extract import Extraction
-from dlbench.model import Operation
-from dlbench.opdb import operations_frame
-from dlbench.registry import OperatorBenchmark, Registry, load_registry
-from dlbench.tasks.extract import extract, extraction_params, extraction_tags, log_extraction, print_extraction
-from dlbench.unfold import Unfolding, load_table, unfold_operations
+from dlbench.core.context import AppContext
+from dlbench.core.device import resolve_device
+from dlbench.core.errors import TaskFailed
+from dlbench.onnx.opdb import operations_frame
+from dlbench.onnx.report import extract, extraction_params, extraction_tags, log_extraction, print_extraction
+from dlbench.onnx.unfold import Unfolding, load_table, unfold_operations
+from dlbench.operators.measure import measure_with_progress, raise_for_result, sweep_params
+from dlbench.operators.plan import coverage_frame, plan_benchmarks, print_coverage
+from dlbench.operators.registry import load_registry
+from dlbench.operators.runner import run_settings
+from dlbench.tracking.runs import open_run
 
 log = logging.getLogger(__name__)
 
 EXTRACTION_RUN_TAG = "dlbench.extraction_run_id"
-
-
-@dataclass(frozen=True)
-class BenchmarkPlan:
-    """Which benchmark measures which operations, and what nothing here serves."""
-
-    assignments: tuple[tuple[OperatorBenchmark, tuple[Operation, ...]], ...]
-    unavailable: Mapping[str, str]  # benchmark name -> why it cannot run here
-    unserved: Mapping[str, int]  # op_type -> ONNX nodes of it no available benchmark serves
-
-
-def plan_benchmarks(registry: Registry, operations: Sequence[Operation], backend: str, device: str) -> BenchmarkPlan:
-    """Every available ``backend`` entry for ``device`` gets all operations whose op_type it serves."""
-    by_entry: dict[str, list[Operation]] = {}
-    entries: dict[str, OperatorBenchmark] = {}
-    unavailable: dict[str, str] = {}
-    unserved: Counter[str] = Counter()
-    for op in operations:
-        served = False
-        for entry in registry.serving(op.op_type, backend, device):
-            reason = entry.unavailable_reason
-            if reason:
-                unavailable[entry.name] = reason
-                continue
-            entries[entry.name] = entry
-            by_entry.setdefault(entry.name, []).append(op)
-            served = True
-        if not served:
-            unserved[op.op_type] += len(op.nodes) if op.nodes else op.count
-    return BenchmarkPlan(
-        assignments=tuple((entries[name], tuple(ops)) for name, ops in by_entry.items()),
-        unavailable=unavailable,
-        unserved=dict(unserved.most_common()),
-    )
-
-
-def coverage_frame(extraction: Extraction, plan: BenchmarkPlan) -> pd.DataFrame:
-    """Per op_type of the model: its nodes, whether a benchmark serves it, and its share of all nodes."""
-    total = extraction.total_nodes or 1
-    served_types = {op.op_type for _, ops in plan.assignments for op in ops}
-    skipped = Counter(s.op_type for s in extraction.skipped)
-    rows = []
-    for op_type, count in extraction.node_counts.items():
-        if op_type in served_types:
-            status = "served"
-        elif op_type == "Constant":
-            status = "weights"
-        elif skipped.get(op_type) == count:
-            status = "not extracted"
-        else:
-            status = "no benchmark"
-        rows.append({"op_type": op_type, "nodes": count, "share": count / total, "status": status})
-    return pd.DataFrame(rows, columns=["op_type", "nodes", "share", "status"])
 
 
 def unfolding_table(cfg: DlbenchConfig) -> Any:
@@ -94,20 +44,8 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
 
 
 def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> int:
-    """Extract, plan, and measure; ``table`` (an :class:`dlbench.unfold.UnfoldTable`) adds the backward
+    """Extract, plan, and measure; ``table`` (an :class:`dlbench.onnx.unfold.UnfoldTable`) adds the backward
     problems of training."""
-    from dlbench.results import summary_metrics
-    from dlbench.sweep import (
-        log_sweep,
-        measure_with_progress,
-        print_summary,
-        raise_for_result,
-        resolve_device,
-        run_settings,
-        sweep_params,
-    )
-    from dlbench.tracking import TrackedRun, prepare_store, resolve_tracking
-
     extraction, forward = extract(cfg, ctx)
     unfolding = unfold_operations(forward, table) if table is not None else Unfolding(tuple(forward), {})
     operations = list(unfolding.operations)
@@ -120,8 +58,6 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
     coverage = coverage_frame(extraction, plan)
     print_coverage(coverage, plan, cfg.backend, device)
 
-    target = resolve_tracking(cfg.mlflow.tracking_uri, cfg.mlflow.experiment, ctx.start_dir)
-    experiment_id = prepare_store(target, cfg.mlflow.connect_timeout_s)
     settings = run_settings(cfg, device)
     failures: list[str] = []
     model_total_ms = 0.0
@@ -134,10 +70,12 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
         "operations_measured": len(operations),
         "benchmarks": ",".join(entry.name for entry, _ in plan.assignments),
     }
-    tags = {**extraction_tags(ctx, extraction, "model_benchmark")}
-    parent_name = cfg.mlflow.run_name or f"{extraction.model_name}-{cfg.backend}-bs{cfg.batch_size}-{device}"
-    with TrackedRun(target, parent_name, params, tags, experiment_id=experiment_id) as parent:
-        log_extraction(parent, ctx, extraction, frame)
+    model_tags = extraction_tags(extraction)
+    name = f"{extraction.model_name}-{cfg.backend}-bs{cfg.batch_size}-{device}"
+    with open_run(
+        cfg, ctx, kind="model_benchmark", benchmark=extraction.model_name, name=name, params=params, tags=model_tags
+    ) as parent:
+        log_extraction(parent, ctx.output_dir, extraction, frame)
         parent.log_table(coverage, "coverage.csv")
         node_share = float(coverage.loc[coverage["status"] == "served", "nodes"].sum()) / (extraction.total_nodes or 1)
         parent.log_metrics({"nodes_served_fraction": node_share})
@@ -148,15 +86,12 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
                 "op_type": ",".join(sorted({op.op_type for op in ops})),
                 "model_sha256": extraction.sha256,
             }
-            child_tags = {
-                **extraction_tags(ctx, extraction, "model_benchmark"),
-                "dlbench.implementation": entry.name,
-                EXTRACTION_RUN_TAG: parent.run_id,
-            }
             try:
-                with TrackedRun(
-                    target, run_name, child_params, child_tags, parent_run_id=parent.run_id, experiment_id=experiment_id
-                ) as child:
+                with open_run(
+                    cfg, ctx, kind="model_benchmark", benchmark=extraction.model_name, name=run_name,
+                    params=child_params, implementation=entry.name,
+                    tags={**model_tags, EXTRACTION_RUN_TAG: parent.run_id}, parent_run_id=parent.run_id,
+                ) as child:  # fmt: skip
                     result, files = measure_with_progress(
                         entry,
                         ops,
@@ -165,7 +100,7 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
                         f"{entry.name}_{extraction.model_name}",
                         cfg.quiet,
                     )
-                    results = log_sweep(child, cfg, ctx, ops, result, files, run_name)
+                    results = log_sweep(child, cfg, ops, result, files, run_name)
                     results.insert(4, "pass", [unfolding.pass_of(op.id) for op in ops])
                     child.log_table(results, "results.csv")
                     print_summary(results, run_name, child.run_id)
@@ -179,7 +114,7 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
         if measured:
             parent.log_table(pd.concat(measured, ignore_index=True), "model_results.csv")
         print(
-            f"\nMLflow run {parent.run_id} ({target.uri}, experiment {target.experiment}); "
+            f"\nMLflow run {parent.run_id} ({parent.target.uri}, experiment {parent.target.experiment}); "
             f"sum over benchmarks of median x count: {model_total_ms:.4g} ms"
         )
     if not plan.assignments:
@@ -187,33 +122,3 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
     if failures:
         raise TaskFailed("\n".join(failures))
     return 0
-
-
-def time_by_op_type(frames: Sequence[pd.DataFrame]) -> dict[str, float]:
-    """Milliseconds per op_type and pass over the whole model (median x count of every measured
-    operation), e.g. ``time_ms.Conv.backward_data``; where several benchmarks serve an op_type their
-    figures add up, so read them per implementation from ``model_results.csv`` in that case."""
-    totals: Counter[str] = Counter()
-    for frame in frames:
-        ok = frame[frame["status"] == "ok"]
-        for op_type, pass_name, median, count in zip(
-            ok["op_type"], ok["pass"], ok["median_ms"], ok["count"], strict=True
-        ):
-            totals[f"time_ms.{op_type}.{pass_name}"] += float(median) * int(count)
-    return dict(totals)
-
-
-def print_coverage(coverage: pd.DataFrame, plan: BenchmarkPlan, backend: str, device: str) -> None:
-    print(f"\nbenchmarks of backend {backend!r} on {device}:")
-    for entry, ops in plan.assignments:
-        counts = Counter(op.op_type for op in ops)
-        print(f"  {entry.name}: {len(ops)} operations ({', '.join(f'{t} {n}' for t, n in counts.items())})")
-    for name, reason in plan.unavailable.items():
-        print(f"  {name}: not available here ({reason})")
-    missing = coverage[coverage["status"] != "served"]
-    if len(missing):
-        print("operators no benchmark serves (share of the model's nodes):")
-        for row in missing.itertuples():
-            print(f"  {row.op_type:24s} {row.nodes:5d} nodes  {100 * row.share:5.1f}%  {row.status}")
-    if not plan.assignments:
-        print("  (no benchmark serves any operator of this model)")

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pandas as pd
 
-from dlbench.app import AppContext, TaskFailed
 from dlbench.config import DlbenchConfig
+from dlbench.core.context import AppContext
+from dlbench.core.errors import TaskFailed
 
 log = logging.getLogger(__name__)
 
@@ -19,7 +20,7 @@ MAX_FIGURES = 12
 def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     import matplotlib.pyplot as plt
 
-    from dlbench.compare import (
+    from dlbench.analysis.compare import (
         artifact_reader,
         by_batch_size,
         compare_runs,
@@ -28,13 +29,12 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         implementations_side_by_side,
         run_totals,
     )
-    from dlbench.plots import plot_implementations, plot_time_vs_batch
-    from dlbench.sweep import sweep_tags
-    from dlbench.tracking import TrackedRun, prepare_store, resolve_tracking, search_runs
+    from dlbench.analysis.plots import plot_implementations, plot_time_vs_batch
+    from dlbench.tracking.runs import open_run, run_place
+    from dlbench.tracking.store import search_runs
 
     settings = cfg.compare
-    target = resolve_tracking(cfg.mlflow.tracking_uri, cfg.mlflow.experiment, ctx.start_dir)
-    experiment_id = prepare_store(target, cfg.mlflow.connect_timeout_s)
+    target = run_place(cfg, ctx).target
     experiments = list(settings.experiments) or [target.experiment]
     try:
         found = search_runs(target, settings.filter, experiments, max_results=settings.max_runs)
@@ -64,32 +64,27 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         "benchmarks": ",".join(settings.benchmarks),
         "runs_compared": len(runs),
     }
-    run_name = cfg.mlflow.run_name or f"compare-{len(runs)}-runs"
-    with TrackedRun(
-        target, run_name, params, sweep_tags(ctx, "compare", "compare"), experiment_id=experiment_id
-    ) as run:
-        run.set_tags({"dlbench.run_id": run.run_id, "dlbench.compared_runs": ",".join(runs["run_id"])[:5000]})
+    compared = {"dlbench.compared_runs": ",".join(runs["run_id"])[:5000]}
+    name = f"compare-{len(runs)}-runs"
+    with open_run(cfg, ctx, kind="compare", benchmark="compare", name=name, params=params, tags=compared) as run:
         for name, table in tables.items():
             path = out_dir / name
             table.to_csv(path, index=False)
             if not table.empty or name == "problems.csv":
                 run.log_artifact(path, "tables")
         figures = 0
-        totals = run_totals(runs)
-        for benchmark, sub in totals.groupby("benchmark"):
-            if figures >= MAX_FIGURES or sub["batch_size"].nunique() < 2:
-                continue
-            fig = plot_time_vs_batch(sub, f"{benchmark}: sum of median x count", value="total_ms")
-            run.log_figure(fig, f"plots/{benchmark}_time_vs_batch.png")
-            plt.close(fig)
-            figures += 1
-        for benchmark, sub in evaluation_totals(runs).groupby("benchmark"):
-            if figures >= MAX_FIGURES or sub["batch_size"].nunique() < 2:
-                continue
-            fig = plot_time_vs_batch(sub, f"{benchmark}: training step, predicted and measured", value="step_ms")
-            run.log_figure(fig, f"plots/{benchmark}_step_time_vs_batch.png")
-            plt.close(fig)
-            figures += 1
+        batch_plots = (
+            (run_totals(runs), "total_ms", "sum of median x count", "time_vs_batch"),
+            (evaluation_totals(runs), "step_ms", "training step, predicted and measured", "step_time_vs_batch"),
+        )
+        for frame, value, what, file_name in batch_plots:
+            for benchmark, sub in frame.groupby("benchmark"):
+                if figures >= MAX_FIGURES or sub["batch_size"].nunique() < 2:
+                    continue
+                fig = plot_time_vs_batch(sub, f"{benchmark}: {what}", value=value)
+                run.log_figure(fig, f"plots/{benchmark}_{file_name}.png")
+                plt.close(fig)
+                figures += 1
         side = tables["implementations.csv"]
         if not side.empty:
             impl_columns = [c for c in side.columns if c not in ("benchmark", "system", "batch_size", "dtype", "id")
@@ -105,7 +100,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         run.log_metrics(
             {"runs_compared": float(len(runs)), "problems": float(len(comparison.problems)), "figures": float(figures)}
         )
-        print_comparison(run_name, run.run_id, runs, tables, comparison.problems, out_dir)
+        print_comparison(run.run_name, run.run_id, runs, tables, comparison.problems, out_dir)
     return 0
 
 

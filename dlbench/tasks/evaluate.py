@@ -13,99 +13,60 @@ import math
 import os
 import shutil
 from dataclasses import asdict
-from pathlib import Path
 
 import pandas as pd
 
-from dlbench import PROJECT_ROOT
-from dlbench.app import AppContext, TaskFailed
+from dlbench.analysis import match
+from dlbench.analysis.match import match_profile, profile_per_step
+from dlbench.analysis.plots import plot_predicted_vs_measured, plot_time_breakdown
+from dlbench.analysis.predict import (
+    measured_step_ms,
+    op_type_frame,
+    prediction_frame,
+    prediction_metrics,
+    time_breakdown,
+)
 from dlbench.config import DlbenchConfig
-from dlbench.evaluate import SGD_OP_TYPE, builtin_sgd_benchmark
-from dlbench.model import Measurement
+from dlbench.core.context import AppContext
+from dlbench.core.device import resolve_device
+from dlbench.core.errors import TaskFailed
+from dlbench.core.values import Measurement
+from dlbench.onnx import unfold
+from dlbench.onnx.errors import ExtractionError
+from dlbench.onnx.extract import extract_operations
+from dlbench.onnx.opdb import deduplicate
+from dlbench.onnx.step import graph_facts, training_step
+from dlbench.operators.measure import measure_with_progress
+from dlbench.operators.plan import plan_benchmarks
+from dlbench.operators.registry import Registry, load_registry
+from dlbench.operators.runner import run_settings
+from dlbench.tracking.runs import open_run
+from dlbench.training.scripts import export_model, run_training, training_entry
+
+#: The optimizer update's op_type; training runs PyTorch's optimizer whatever the backend measures
+SGD_OP_TYPE = "SGD"
 
 log = logging.getLogger(__name__)
-
-
-def export_model(cfg: DlbenchConfig, entry, arguments: list[str], workdir: Path) -> Path:
-    """Run the training script with ``--export-onnx`` (its own arguments, so the model is the one trained)."""
-    from dlbench.protocol import run_command
-
-    path = workdir / f"{entry.name}_bs{cfg.batch_size}.onnx"
-    command = [*entry.command, *arguments, "--export-onnx", str(path)]
-    result = run_command(
-        command, timeout=cfg.timeout, env=_script_env(), cwd=workdir, stderr_path=workdir / "export_stderr.txt"
-    )
-    failure = result.describe_failure()
-    if failure or not path.exists():
-        tail = "\n".join(result.stderr.strip().splitlines()[-10:])
-        raise TaskFailed(f"exporting {entry.name} to ONNX: the script {failure or 'wrote no model'}\n{tail}")
-    return path
-
-
-def _script_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {
-        "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p),
-        "MLFLOW_RUN_ID": "",  # the instrumentation must not publish: this task logs one run itself
-    }
-    env.update(extra or {})
-    return env
-
-
-def run_training(cfg: DlbenchConfig, entry, arguments: list[str], workdir: Path) -> tuple[Path, object]:
-    """The instrumented training with its profile window; returns the profile folder and the process."""
-    from dlbench.instrument import BATCHES_FILE, ENV_BATCHES, ENV_DIR, ENV_WARMUP
-    from dlbench.protocol import run_command
-
-    profile_dir = workdir / "profile"
-    shutil.rmtree(profile_dir, ignore_errors=True)
-    profile_dir.mkdir(parents=True)
-    env = _script_env(
-        {
-            ENV_WARMUP: str(cfg.profile.warmup),
-            ENV_BATCHES: str(cfg.profile.batches),
-            ENV_DIR: str(profile_dir),
-            "DLBENCH_THREADS": str(cfg.threads),
-        }
-    )
-    result = run_command(
-        [*entry.command, *arguments], timeout=cfg.timeout, env=env, cwd=workdir, stderr_path=workdir / "stderr.txt"
-    )
-    failure = result.describe_failure()
-    if failure or not (profile_dir / BATCHES_FILE).exists() or not list(profile_dir.glob("batch_*_ops.csv")):
-        tail = "\n".join(result.stderr.strip().splitlines()[-10:])
-        raise TaskFailed(
-            f"training {entry.name}: the script {failure or 'wrote no profile'} ({profile_dir})"
-            + (f"\n{tail}" if tail else "")
-        )
-    return profile_dir, result
 
 
 def training_unfold_table(cfg: DlbenchConfig):
     """The unfold strategy table of ``cfg.unfold``; a training step always has its backward pass, so an
     empty table (``unfold=none``, the default of task=benchmark_model) means the shipped one here."""
-    from dlbench.unfold import load_table
-
-    table = load_table(cfg.unfold) if getattr(cfg, "unfold", None) else None
+    table = unfold.load_table(cfg.unfold) if getattr(cfg, "unfold", None) else None
     if table is None or not any(table.rules.values()):
-        table = load_table()
+        table = unfold.load_table()
     return table
 
 
 def match_table(cfg: DlbenchConfig):
-    from dlbench.match import load_table
-
     node = cfg.match
     if node.operators:
-        return load_table({"operators": node.operators, "framework": node.framework, "training": node.training})
-    return load_table()
+        return match.load_table({"operators": node.operators, "framework": node.framework, "training": node.training})
+    return match.load_table()
 
 
 def measure_step(cfg: DlbenchConfig, ctx: AppContext, operations, device: str, run) -> tuple[dict, dict, object]:
     """Every operation some available benchmark of ``cfg.backend`` serves, measured; protocol files logged."""
-    from dlbench.registry import load_registry
-    from dlbench.sweep import measure_with_progress, run_settings
-    from dlbench.tasks.benchmark_model import plan_benchmarks
-
     registry = load_registry(ctx.config_dirs)
     plan = plan_benchmarks(registry, operations, cfg.backend, device)
     settings = run_settings(cfg, device)
@@ -114,10 +75,9 @@ def measure_step(cfg: DlbenchConfig, ctx: AppContext, operations, device: str, r
     workdir = ctx.output_dir / "protocol"
     assignments = list(plan.assignments)
     served = {op.id for _, ops in assignments for op in ops}
-    # the optimizer is PyTorch's whatever the backend: its in-place update has a built-in benchmark
     sgd = tuple(op for op in operations if op.op_type == SGD_OP_TYPE and op.id not in served)
     if sgd:
-        assignments.append((builtin_sgd_benchmark(), sgd))
+        assignments.append((optimizer_benchmark(registry, device), sgd))
     for entry, ops in assignments:
         log.info("measuring %d operations with %s", len(ops), entry.name)
         result, files = measure_with_progress(entry, ops, settings, workdir, f"{entry.name}_evaluate", cfg.quiet)
@@ -132,46 +92,29 @@ def measure_step(cfg: DlbenchConfig, ctx: AppContext, operations, device: str, r
     return measurements, implementations, plan
 
 
-def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
-    from dlbench.extract import ExtractionError, extract_operations
-    from dlbench.match import match_profile, profile_per_step
-    from dlbench.opdb import deduplicate
-    from dlbench.plots import plot_predicted_vs_measured, plot_time_breakdown
-    from dlbench.predict import (
-        graph_facts,
-        measured_step_ms,
-        op_type_frame,
-        prediction_frame,
-        prediction_metrics,
-        time_breakdown,
-        training_step,
-    )
-    from dlbench.registry import load_registry
-    from dlbench.sweep import resolve_device, sweep_tags
-    from dlbench.tracking import TrackedRun, prepare_store, resolve_tracking
-    from dlbench.training import check_profile_window, resolve_parameters
-    from dlbench.unfold import unfold_operations
+def optimizer_benchmark(registry: Registry, device: str):
+    """The torch entry that times PyTorch's in-place optimizer update: training runs it whatever
+    ``backend`` measures the other operations."""
+    entries = registry.serving(SGD_OP_TYPE, "torch", device)
+    if not entries:
+        raise TaskFailed(f"no torch benchmark of {SGD_OP_TYPE} on {device} is registered (see conf/registry/)")
+    return entries[0]
 
+
+def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     bench = cfg.benchmark
     if bench is None or bench.kind != "training":
         raise TaskFailed("task=evaluate needs a training benchmark, e.g. +benchmark=resnet_cifar task=evaluate")
     registry = load_registry(ctx.config_dirs)
-    try:
-        entry = registry.training(bench.training)
-    except KeyError as err:
-        raise TaskFailed(f"benchmark {bench.name!r}: {err.args[0]}") from None
-    check_profile_window(cfg)
+    entry, arguments = training_entry(cfg, registry)
     device = resolve_device(cfg.device)
-    arguments = resolve_parameters(entry, cfg)
     table = match_table(cfg)
     unfold_table = training_unfold_table(cfg)
     workdir = ctx.output_dir / "evaluate" / bench.name
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
 
-    target = resolve_tracking(cfg.mlflow.tracking_uri, cfg.mlflow.experiment, ctx.start_dir)
-    experiment_id = prepare_store(target, cfg.mlflow.connect_timeout_s)
-    run_name = cfg.mlflow.run_name or f"evaluate-{bench.name}-{cfg.backend}-bs{cfg.batch_size}-{device}"
+    name = f"evaluate-{bench.name}-{cfg.backend}-bs{cfg.batch_size}-{device}"
     params = {
         "benchmark": bench.name,
         "training": entry.name,
@@ -187,7 +130,6 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         "match_table": table.source,
         "unfold_table": unfold_table.source,
     }
-    tags = sweep_tags(ctx, "evaluation", bench.name)
     load_start = os.getloadavg()[0]
     if cfg.threads == 0 and load_start > (os.cpu_count() or 1):
         log.warning(
@@ -196,17 +138,14 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             load_start,
             os.cpu_count() or 1,
         )
-    with TrackedRun(target, run_name, params, tags, experiment_id=experiment_id) as run:
-        run.set_tags({"dlbench.run_id": run.run_id})
-        if ctx.config_yaml:
-            run.log_text(ctx.config_yaml, "config.yaml")
+    with open_run(cfg, ctx, kind="evaluation", benchmark=bench.name, name=name, params=params) as run:
         model_path = export_model(cfg, entry, arguments, workdir)
         try:
             extraction = extract_operations(model_path, cfg.batch_size, training=True)
         except ExtractionError as err:
             raise TaskFailed(str(err)) from err
         forward = deduplicate(extraction.operations())
-        unfolding = unfold_operations(forward, unfold_table)
+        unfolding = unfold.unfold_operations(forward, unfold_table)
         facts = graph_facts(model_path, cfg.batch_size).with_inferred_outputs(extraction.nodes)
         step = training_step(forward, unfolding, facts, table.training)
         run.set_tags({"dlbench.model_sha256": extraction.sha256})
@@ -263,7 +202,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         fig = plot_time_breakdown(breakdown, title, measured_ms, metrics["step_time_predicted_ms"])
         run.log_figure(fig, "time_breakdown.png")
         plt.close(fig)
-        print_evaluation(run_name, run.run_id, per_type, metrics, uncovered, matched)
+        print_evaluation(run.run_name, run.run_id, per_type, metrics, uncovered, matched)
         failed = frame[frame["status"] == "failed"]
         if len(failed):
             log.warning("%d operations failed to measure; see operations.csv", len(failed))

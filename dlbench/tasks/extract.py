@@ -2,124 +2,22 @@
 
 from __future__ import annotations
 
-import logging
-from pathlib import Path
-
-import pandas as pd
-
-from dlbench.app import AppContext, TaskFailed
 from dlbench.config import DlbenchConfig
-from dlbench.extract import Extraction, ExtractionError, extract_operations
-from dlbench.model import Operation
-from dlbench.opdb import deduplicate, operations_frame, summary_table, write_csv
-
-log = logging.getLogger(__name__)
-
-
-def model_path(cfg: DlbenchConfig, ctx: AppContext) -> Path:
-    """``cfg.model`` resolved against the directory dlbench was started from."""
-    if not cfg.model:
-        raise TaskFailed(f"task={cfg.task} needs an ONNX file: add model=path/to/model.onnx")
-    path = Path(cfg.model).expanduser()
-    return path if path.is_absolute() else ctx.start_dir / path
-
-
-def extract(cfg: DlbenchConfig, ctx: AppContext) -> tuple[Extraction, list[Operation]]:
-    """The extraction at ``cfg.batch_size`` and its deduplicated operations."""
-    path = model_path(cfg, ctx)
-    try:
-        extraction = extract_operations(path, cfg.batch_size)
-    except ExtractionError as err:
-        raise TaskFailed(str(err)) from err
-    return extraction, deduplicate(extraction.operations())
-
-
-def node_counts_frame(extraction: Extraction) -> pd.DataFrame:
-    total = extraction.total_nodes or 1
-    return pd.DataFrame(
-        [
-            {"op_type": op_type, "nodes": count, "share": count / total}
-            for op_type, count in extraction.node_counts.items()
-        ]
-    )
-
-
-def skipped_frame(extraction: Extraction) -> pd.DataFrame:
-    return pd.DataFrame(
-        [{"node": s.name, "op_type": s.op_type, "reason": s.reason} for s in extraction.skipped],
-        columns=["node", "op_type", "reason"],
-    )
-
-
-def extraction_params(extraction: Extraction, operations: list[Operation]) -> dict[str, object]:
-    params: dict[str, object] = {
-        "model": extraction.model_name,
-        "model_path": extraction.path,
-        "model_sha256": extraction.sha256,
-        "opset": extraction.opset,
-        "ir_version": extraction.ir_version,
-        "producer": extraction.producer,
-        "batch_size": extraction.batch_size,
-        "training": extraction.training,
-        "nodes": extraction.total_nodes,
-        "nodes_extracted": len(extraction.nodes),
-        "nodes_skipped": len(extraction.skipped),
-        "operations": len(operations),
-    }
-    params.update({f"nodes.{op_type}": count for op_type, count in extraction.node_counts.items()})
-    return params
-
-
-def extraction_tags(ctx: AppContext, extraction: Extraction, kind: str) -> dict[str, str]:
-    from dlbench.sweep import sweep_tags
-
-    return {
-        **sweep_tags(ctx, kind, extraction.model_name),
-        "dlbench.model": extraction.model_name,
-        "dlbench.model_sha256": extraction.sha256,
-    }
-
-
-def print_extraction(extraction: Extraction, frame: pd.DataFrame) -> None:
-    print(
-        f"{extraction.path}: {extraction.model_name}, opset {extraction.opset}, batch size "
-        f"{extraction.batch_size}, {extraction.total_nodes} nodes "
-        f"({extraction.constant_nodes} constants), {len(frame)} distinct operations"
-    )
-    print(summary_table(frame))
-    if extraction.skipped:
-        print(f"\n{len(extraction.skipped)} nodes not extracted:")
-        for skipped in extraction.skipped:
-            print(f"  {skipped.reason}")
-    for note in extraction.notes:
-        print(f"note: {note}")
-
-
-def log_extraction(run, ctx: AppContext, extraction: Extraction, frame: pd.DataFrame) -> Path:
-    """Artifacts of an extraction: the operation database CSV, node counts, skipped nodes."""
-    path = write_csv(frame, ctx.output_dir / f"{extraction.model_name}_operations.csv")
-    run.log_artifact(path)
-    run.log_table(node_counts_frame(extraction), "node_counts.csv")
-    if extraction.skipped:
-        run.log_table(skipped_frame(extraction), "skipped_nodes.csv")
-    if ctx.config_yaml:
-        run.log_text(ctx.config_yaml, "config.yaml")
-    run.log_metrics({"nodes": extraction.total_nodes, "operations": len(frame)})
-    return path
+from dlbench.core.context import AppContext
+from dlbench.onnx.opdb import operations_frame
+from dlbench.onnx.report import extract, extraction_params, extraction_tags, log_extraction, print_extraction
+from dlbench.tracking.runs import open_run
 
 
 def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
-    from dlbench.tracking import TrackedRun, prepare_store, resolve_tracking
-
     extraction, operations = extract(cfg, ctx)
     frame = operations_frame(operations)
     print_extraction(extraction, frame)
-    target = resolve_tracking(cfg.mlflow.tracking_uri, cfg.mlflow.experiment, ctx.start_dir)
-    experiment_id = prepare_store(target, cfg.mlflow.connect_timeout_s)
-    run_name = cfg.mlflow.run_name or f"extract-{extraction.model_name}-bs{cfg.batch_size}"
-    params = extraction_params(extraction, operations)
-    tags = extraction_tags(ctx, extraction, "extraction")
-    with TrackedRun(target, run_name, params, tags, experiment_id=experiment_id) as tracked:
-        log_extraction(tracked, ctx, extraction, frame)
-        print(f"\nMLflow run {tracked.run_id} ({target.uri}, experiment {target.experiment})")
+    name = f"extract-{extraction.model_name}-bs{cfg.batch_size}"
+    with open_run(
+        cfg, ctx, kind="extraction", benchmark=extraction.model_name, name=name,
+        params=extraction_params(extraction, operations), tags=extraction_tags(extraction),
+    ) as tracked:  # fmt: skip
+        log_extraction(tracked, ctx.output_dir, extraction, frame)
+        print(f"\nMLflow run {tracked.run_id} ({tracked.target.uri}, experiment {tracked.target.experiment})")
     return 0

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dlbench.app import AppContext
 from dlbench.config import DlbenchConfig
-from dlbench.registry import command_availability, load_registry
+from dlbench.core.context import AppContext
+from dlbench.operators.registry import command_availability, load_registry
 
 
 def run(cfg: DlbenchConfig, ctx: AppContext) -> int:

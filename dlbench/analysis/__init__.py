@@ -1,0 +1,1 @@
+"""Measurements -> insight: results tables, matching, prediction, roofline, comparisons, plots."""

@@ -1,0 +1,342 @@
+"""Profiled PyTorch operators <-> extracted ONNX operations: an explicit table (``conf/match/default.yaml``)
+says which ONNX op_type and pass each profiled operator runs; each profiled call is assigned by shape.
+
+How double counting is avoided: torch.profiler reports nested calls (``aten::conv2d`` >
+``aten::convolution`` > ``aten::_convolution`` > ``aten::mkldnn_convolution``), each with a *total* time
+that includes its children and a *self* time that excludes them. Matching uses self times only: self
+times of different events never overlap, so their sum over any set of events is time spent exactly once.
+The table lists every level of a family (the wrappers and the kernel), so all of a convolution's levels
+are attributed to the same Conv operation; calls nested in a family but not listed (``aten::empty``,
+``aten::copy_``) are counted as framework time. A name with a rule that is also listed as framework is
+framework time when no operation fits its shapes (``aten::fill_`` zeroing the logits' gradient belongs to
+the loss, elsewhere it is bookkeeping). The profiled step then splits without overlap into time assigned
+to operations, framework time, unmatched operator time and time outside any operator.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from dlbench import CONF_DIR
+from dlbench.core.shapes import Shape, rank4, rank4_spatial
+from dlbench.core.tables import load_mapping
+from dlbench.core.values import Operation
+
+DEFAULT_TABLE = CONF_DIR / "match" / "default.yaml"
+
+GEMM_TYPES = frozenset({"Gemm", "MatMul"})
+
+
+class MatchError(ValueError):
+    """A matching table or profile that cannot be used; the message names the file and the entry."""
+
+
+# ------------------------------------------------------------------------------------ shape handling
+
+
+def _nchw_fields(op_type: str, shape: Sequence[int], suffix: str = "") -> dict[str, int]:
+    return {f"{d}{suffix}": v for d, v in zip("NCHW", rank4(op_type, shape), strict=True)}
+
+
+def gemm_signature(m: int, k: int, n: int, batch: int = 1) -> dict[str, Any]:
+    """A GEMM up to transposition: C = A B and C^T = B^T A^T are the same problem."""
+    return {"batch": int(batch), "K": int(k), "MN": (min(int(m), int(n)), max(int(m), int(n)))}
+
+
+def operation_fields(op: Operation) -> dict[str, Any]:
+    """The descriptors profile fields are compared with (GEMMs by their transposition-free signature)."""
+    p = op.param_dict
+    if op.op_type in GEMM_TYPES and all(d in p for d in ("M", "K", "N")):
+        return gemm_signature(p["M"], p["K"], p["N"], p.get("batch", 1))
+    return dict(p)
+
+
+def _tensor(shapes: Sequence[Any], index: int, rank: int | tuple[int, ...] | None = None) -> Shape:
+    if index >= len(shapes) or not isinstance(shapes[index], list) or not shapes[index]:
+        raise MatchError(f"input {index} is not a tensor")
+    shape = tuple(int(d) for d in shapes[index])
+    ranks = (rank,) if isinstance(rank, int) else rank
+    if ranks is not None and len(shape) not in ranks:
+        raise MatchError(f"input {index} has rank {len(shape)}, expected {' or '.join(map(str, ranks))}")
+    return shape
+
+
+def _conv(x: Shape, w: Shape) -> dict[str, Any]:
+    n, c, h, wd = rank4_spatial(x)
+    kernel = (1, w[2]) if len(w) == 3 else (w[2], w[3])
+    return {"N": n, "C": c, "H": h, "W": wd, "K": w[0], "kernel_shape_0": kernel[0], "kernel_shape_1": kernel[1]}
+
+
+def _matmul(a: Shape, b: Shape) -> dict[str, Any]:
+    a2 = (1, *a) if len(a) == 1 else a
+    b2 = (*b, 1) if len(b) == 1 else b
+    m, k, n = a2[-2], a2[-1], b2[-1]
+    lead_a, lead_b = a2[:-2], b2[:-2]
+    if not lead_b:
+        return gemm_signature(m * math.prod(lead_a), k, n, 1)
+    width = max(len(lead_a), len(lead_b))
+    pa = (1,) * (width - len(lead_a)) + tuple(lead_a)
+    pb = (1,) * (width - len(lead_b)) + tuple(lead_b)
+    return gemm_signature(m, k, n, math.prod(max(x, y) for x, y in zip(pa, pb, strict=True)))
+
+
+def _linear(x: Shape, w: Shape) -> dict[str, Any]:
+    return gemm_signature(math.prod(x[:-1]) if len(x) > 1 else 1, x[-1], w[0], 1)
+
+
+ShapeReader = Callable[[str, Sequence[Any]], dict[str, Any]]
+
+#: ``shapes`` kinds of the table: recorded input shapes -> the descriptors they determine.
+SHAPE_READERS: dict[str, ShapeReader] = {
+    "conv": lambda t, s: _conv(_tensor(s, 0, (3, 4)), _tensor(s, 1, (3, 4))),
+    "conv_backward": lambda t, s: _conv(_tensor(s, 1, (3, 4)), _tensor(s, 2, (3, 4))),
+    "gemm_addmm": lambda t, s: _matmul(_tensor(s, 1, 2), _tensor(s, 2, 2)),
+    "gemm_mm": lambda t, s: _matmul(_tensor(s, 0, 2), _tensor(s, 1, 2)),
+    "gemm_bmm": lambda t, s: _matmul(_tensor(s, 0, 3), _tensor(s, 1, 3)),
+    "gemm_matmul": lambda t, s: _matmul(_tensor(s, 0), _tensor(s, 1)),
+    "gemm_linear": lambda t, s: _linear(_tensor(s, 0), _tensor(s, 1, 2)),
+    "first": lambda t, s: _nchw_fields(t, _tensor(s, 0)),
+    "backward_grad_input": lambda t, s: _nchw_fields(t, _tensor(s, 1)),
+    "pair": lambda t, s: {**_nchw_fields(t, _tensor(s, 0)), **_nchw_fields(t, _tensor(s, 1), "_b")},
+    "any": lambda t, s: {},
+}
+
+
+# ------------------------------------------------------------------------------------------- the table
+
+
+@dataclass(frozen=True)
+class OperatorRule:
+    """A profiled operator: the ONNX op_types and passes it can run, and how its shapes read."""
+
+    name: str
+    op_types: tuple[str, ...]
+    passes: tuple[str, ...]
+    shapes: str
+
+    def fields(self, op_type: str, shapes: Sequence[Any]) -> dict[str, Any]:
+        return SHAPE_READERS[self.shapes](op_type, shapes)
+
+
+@dataclass(frozen=True)
+class MatchTable:
+    rules: Mapping[str, OperatorRule]
+    framework: tuple[str, ...] = ()
+    training: Mapping[str, Any] = field(default_factory=dict)
+    source: str = ""
+
+    def is_framework(self, name: str) -> bool:
+        return any(fnmatch.fnmatchcase(name, pattern) for pattern in self.framework)
+
+
+def parse_table(data: Mapping[str, Any], source: str = "match table") -> MatchTable:
+    """Validate a table (``operators``, ``framework``, ``training``) naming the entry that is wrong."""
+    if not isinstance(data, Mapping) or not isinstance(data.get("operators"), Mapping):
+        raise MatchError(f"{source}: expected a top-level 'operators' map of profiled name -> rule")
+    rules: dict[str, OperatorRule] = {}
+    for name, entry in data["operators"].items():
+        where = f"{source}: operators.{name}"
+        if not isinstance(entry, Mapping):
+            raise MatchError(f"{where}: a rule is a map with op_type, passes and shapes")
+        unknown = set(entry) - {"op_type", "passes", "shapes"}
+        if unknown:
+            raise MatchError(f"{where}: unknown key(s) {', '.join(sorted(map(str, unknown)))}")
+        op_types = entry.get("op_type")
+        op_types = [op_types] if isinstance(op_types, str) else list(op_types or [])
+        if not op_types:
+            raise MatchError(f"{where}: op_type is required")
+        passes = entry.get("passes") or ["forward"]
+        if isinstance(passes, str):
+            passes = [passes]
+        shapes = str(entry.get("shapes", "first"))
+        if shapes not in SHAPE_READERS:
+            raise MatchError(f"{where}: shapes={shapes!r}; use one of {', '.join(SHAPE_READERS)}")
+        rules[str(name)] = OperatorRule(str(name), tuple(map(str, op_types)), tuple(map(str, passes)), shapes)
+    framework = data.get("framework") or []
+    if isinstance(framework, str) or not isinstance(framework, Sequence):
+        raise MatchError(f"{source}: framework must be a list of names or prefixes")
+    training = data.get("training") or {}
+    if not isinstance(training, Mapping):
+        raise MatchError(f"{source}: training must be a map")
+    return MatchTable(rules, tuple(str(f) for f in framework), dict(training), source)
+
+
+def load_table(source: str | Path | Mapping[str, Any] | None = None) -> MatchTable:
+    """The table from a YAML file, a mapping (e.g. Hydra's ``cfg.match``), or the shipped default."""
+    data, origin = load_mapping(source, DEFAULT_TABLE, MatchError, "match table")
+    return parse_table(data, origin)
+
+
+# ---------------------------------------------------------------------------------------- the profile
+
+
+def profile_per_step(profile_dir: str | Path, time_column: str = "self_cpu_us") -> pd.DataFrame:
+    """Per (name, input_shapes): calls and ``time_column`` per step, the median over the profiled batches
+    (a key missing from a batch counts 0 there), from the ``batch_<i>_ops.csv`` files."""
+    from dlbench.training.profile import read_profile
+
+    paths = sorted(Path(profile_dir).glob("batch_*_ops.csv"))
+    if not paths:
+        raise MatchError(f"{profile_dir}: no batch_*_ops.csv profile files")
+    frames = [read_profile(p) for p in paths]
+    for path, frame in zip(paths, frames, strict=True):
+        if time_column not in frame.columns:
+            raise MatchError(f"{path}: no column {time_column!r}")
+    return profile_from_batches(pd.concat(frames, ignore_index=True), time_column)
+
+
+def profile_from_batches(rows: pd.DataFrame, time_column: str = "self_cpu_us") -> pd.DataFrame:
+    """:func:`profile_per_step` on a frame of per-batch rows (columns batch, name, input_shapes, calls,
+    the time column)."""
+    batches = sorted(rows["batch"].unique())
+    keyed = rows.groupby(["name", "input_shapes", "batch"], sort=False)[["calls", time_column]].sum()
+    out = []
+    for (name, shapes), group in keyed.groupby(level=[0, 1], sort=False):
+        times = group[time_column].tolist() + [0.0] * (len(batches) - len(group))
+        calls = group["calls"].tolist() + [0] * (len(batches) - len(group))
+        out.append(
+            {
+                "name": name,
+                "input_shapes": shapes,
+                "calls": float(pd.Series(calls).median()),
+                "time_us": float(pd.Series(times).median()),
+            }
+        )
+    return pd.DataFrame(out, columns=["name", "input_shapes", "calls", "time_us"])
+
+
+# ------------------------------------------------------------------------------------------- matching
+
+
+@dataclass(frozen=True)
+class MatchResult:
+    """``rows``: every profiled (name, shapes) with its status (matched, framework, unmatched), category
+    and reason; ``assigned_us``: operation id -> profiled time per step assigned to it."""
+
+    rows: pd.DataFrame
+    assigned_us: Mapping[int, float]
+
+    def total_us(self, status: str | None = None) -> float:
+        frame = self.rows if status is None else self.rows[self.rows["status"] == status]
+        return float(frame["time_us"].sum())
+
+    def unmatched(self) -> pd.DataFrame:
+        """Unmatched operators by name: time per step, calls and the reason of the costliest shape."""
+        rows = self.rows[self.rows["status"] == "unmatched"]
+        if rows.empty:
+            return pd.DataFrame(columns=["name", "time_us", "calls", "shapes", "reason"])
+        grouped = rows.sort_values("time_us", ascending=False).groupby("name", sort=False)
+        return (
+            grouped.agg(
+                time_us=("time_us", "sum"),
+                calls=("calls", "sum"),
+                shapes=("input_shapes", "count"),
+                reason=("reason", "first"),
+            )
+            .reset_index()
+            .sort_values("time_us", ascending=False, ignore_index=True)
+        )
+
+
+def _fits(fields: Mapping[str, Any], candidate: Mapping[str, Any]) -> bool:
+    return all(k in candidate and candidate[k] == v for k, v in fields.items())
+
+
+def match_profile(
+    profile: pd.DataFrame,
+    operations: Sequence[Operation],
+    passes: Mapping[int, str],
+    table: MatchTable,
+    weights: Mapping[int, float] | None = None,
+) -> MatchResult:
+    """Assign each profiled row's time to the operations it ran.
+
+    ``profile``: :func:`profile_per_step` output; ``passes``: operation id -> pass name (``forward`` when
+    absent). A row whose rule fits several operations (the same GEMM size in several layers, both passes
+    of a convolution backward) is split between them in proportion to ``weights`` (e.g. benchmark time x
+    occurrences) when every candidate has one, else to their occurrences.
+    """
+    by_type: dict[str, list[tuple[Operation, dict[str, Any]]]] = {}
+    for op in operations:
+        if op.count > 0:
+            by_type.setdefault(op.op_type, []).append((op, operation_fields(op)))
+    assigned: dict[int, float] = {}
+    records = []
+    for row in profile.itertuples(index=False):
+        name, time_us = str(row.name), float(row.time_us)
+        record = {"name": name, "input_shapes": row.input_shapes, "calls": row.calls, "time_us": time_us}
+        rule = table.rules.get(name)
+        if rule is None:
+            framework = table.is_framework(name)
+            status = "framework" if framework else "unmatched"
+            reason = "" if framework else "no rule in the match table"
+            records.append({**record, "status": status, "category": status, "operations": "", "reason": reason})
+            continue
+        try:
+            shapes = json.loads(row.input_shapes) if isinstance(row.input_shapes, str) else list(row.input_shapes)
+        except json.JSONDecodeError:
+            shapes = []
+        candidates: list[Operation] = []
+        problems = []
+        for op_type in rule.op_types:
+            try:
+                fields = rule.fields(op_type, shapes)
+            except (MatchError, IndexError, TypeError, ValueError) as err:
+                problems.append(f"{op_type}: shapes {row.input_shapes} do not read as {rule.shapes}: {err}")
+                continue
+            for op, op_fields in by_type.get(op_type, []):
+                if passes.get(op.id, "forward") in rule.passes and _fits(fields, op_fields):
+                    candidates.append(op)
+            if not candidates:
+                shown = ", ".join(f"{k}={v}" for k, v in fields.items()) or "any shape"
+                problems.append(f"no {op_type} operation ({'/'.join(rule.passes)}) with {shown}")
+        if not candidates:
+            if table.is_framework(name):  # a rule for some shapes (aten::fill_ of the logits), framework otherwise
+                records.append(
+                    {**record, "status": "framework", "category": "framework", "operations": "", "reason": ""}
+                )
+                continue
+            records.append(
+                {
+                    **record,
+                    "status": "unmatched",
+                    "category": "unmatched",
+                    "operations": "",
+                    "reason": "; ".join(problems),
+                }
+            )
+            continue
+        share = _shares(candidates, weights)
+        for op, fraction in share.items():
+            assigned[op] = assigned.get(op, 0.0) + time_us * fraction
+        first = candidates[0]
+        category = f"{first.op_type}/{passes.get(first.id, 'forward')}"
+        records.append(
+            {
+                **record,
+                "status": "matched",
+                "category": category,
+                "operations": ";".join(str(op.id) for op in candidates),
+                "reason": "",
+            }
+        )
+    rows = pd.DataFrame(
+        records, columns=["name", "input_shapes", "calls", "time_us", "status", "category", "operations", "reason"]
+    )
+    return MatchResult(rows=rows, assigned_us=assigned)
+
+
+def _shares(candidates: Sequence[Operation], weights: Mapping[int, float] | None) -> dict[int, float]:
+    values = [weights.get(op.id, 0.0) if weights else 0.0 for op in candidates]
+    if not all(v > 0 and math.isfinite(v) for v in values):
+        values = [float(op.count) for op in candidates]
+    total = sum(values) or 1.0
+    return {op.id: v / total for op, v in zip(candidates, values, strict=True)}

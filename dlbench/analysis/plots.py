@@ -1,0 +1,145 @@
+"""Figures of evaluations, rooflines and comparisons (matplotlib, Agg backend); each returns a Figure."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+import pandas as pd
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_predicted_vs_measured(per_type: pd.DataFrame, title: str):
+    """Per op_type: benchmark prediction next to the time it took in the profiled training step."""
+    plt = _pyplot()
+    frame = per_type.sort_values("in_training_ms", ascending=True)
+    fig, ax = plt.subplots(figsize=(9, 0.4 * len(frame) + 1.8))
+    y = range(len(frame))
+    ax.barh([i + 0.2 for i in y], frame["predicted_ms"].fillna(0), height=0.4, label="benchmarks (predicted)")
+    ax.barh([i - 0.2 for i in y], frame["in_training_ms"], height=0.4, label="in training (profiled)")
+    ax.set_yticks(list(y))
+    ax.set_yticklabels(frame["op_type"])
+    ax.set_xlabel("time per training step [ms]")
+    ax.legend(loc="lower right")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_time_breakdown(breakdown: pd.DataFrame, title: str, measured_ms: float, predicted_ms: float):
+    """Where the profiled step goes (operations by op_type and pass, framework, unmatched, outside
+    operators), with the measured and predicted step times for reference."""
+    plt = _pyplot()
+    frame = breakdown[breakdown["ms"] > 0].sort_values("ms", ascending=True)
+    fig, ax = plt.subplots(figsize=(9, 0.35 * len(frame) + 2))
+    colors = ["tab:gray" if kind == "unexplained" else "tab:blue" for kind in frame["kind"]]
+    ax.barh(frame["part"], frame["ms"], color=colors)
+    for i, (ms, share) in enumerate(zip(frame["ms"], frame["share_pct"], strict=True)):
+        ax.text(ms, i, f" {share:.1f}%", va="center", fontsize=8)
+    text = f"measured step {measured_ms:.4g} ms (unprofiled), predicted {predicted_ms:.4g} ms"
+    ax.set_xlabel(f"profiled time per step [ms]; {text}")
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_roofline(frame: pd.DataFrame, peaks_gflops: Mapping[str, float], bandwidth_gbs: float, title: str):
+    """Operations at (arithmetic intensity, achieved GFLOP/s) under the machine's roofs."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    points = frame.dropna(subset=["intensity", "gflops_per_s"])
+    points = points[(points["intensity"] > 0) & (points["gflops_per_s"] > 0)]
+    lo = min([points["intensity"].min() / 2] if len(points) else [0.01])
+    hi = max([points["intensity"].max() * 2] if len(points) else [1000.0])
+    lo, hi = min(lo, 0.01), max(hi, 1000.0)
+    xs = [lo * (hi / lo) ** (i / 200) for i in range(201)]
+    for dtype, peak in peaks_gflops.items():
+        ax.plot(xs, [min(peak, x * bandwidth_gbs) for x in xs], label=f"roof {dtype}: {peak:.4g} GFLOP/s")
+    if len(points):
+        labels = points["op_type"] if "op_type" in points else ["operation"] * len(points)
+        for op_type in sorted(set(labels)):
+            sub = points[labels == op_type]
+            ax.scatter(sub["intensity"], sub["gflops_per_s"], s=18, label=op_type)
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    ax.set_xlabel("arithmetic intensity [FLOP/byte]")
+    ax.set_ylabel("GFLOP/s")
+    ax.set_title(f"{title} (bandwidth {bandwidth_gbs:.4g} GB/s)")
+    ax.legend(fontsize=8)
+    ax.grid(True, which="both", alpha=0.3)
+    fig.tight_layout()
+    return fig
+
+
+def plot_time_vs_batch(frame: pd.DataFrame, title: str, value: str = "median_ms"):
+    """One line per (series) of ``value`` against ``batch_size``; ``frame`` has columns series,
+    batch_size and ``value``."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(8, 5))
+    for series, sub in frame.groupby("series", sort=True):
+        sub = sub.sort_values("batch_size")
+        ax.plot(sub["batch_size"], sub[value], marker="o", label=str(series))
+    ax.set_xlabel("batch size")
+    ax.set_ylabel(value)
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.grid(True, which="both", alpha=0.3)
+    if frame["series"].nunique() <= 20:
+        ax.legend(fontsize=7)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_implementations(frame: pd.DataFrame, title: str):
+    """Per operation, the time of each implementation (columns) side by side, log scale."""
+    plt = _pyplot()
+    n = len(frame)
+    fig, ax = plt.subplots(figsize=(9, 0.35 * n * max(1, len(frame.columns) / 2) + 2))
+    width = 0.8 / max(len(frame.columns), 1)
+    for j, column in enumerate(frame.columns):
+        values = frame[column].astype(float)
+        ax.barh([i + j * width for i in range(n)], values.where(values > 0, math.nan), height=width, label=column)
+    ax.set_yticks([i + 0.4 - width / 2 for i in range(n)])
+    ax.set_yticklabels([str(i) for i in frame.index], fontsize=7)
+    ax.set_xscale("log")
+    ax.set_xlabel("median time per call [ms]")
+    ax.legend(fontsize=8)
+    ax.set_title(title)
+    fig.tight_layout()
+    return fig
+
+
+def plot_results(frame: pd.DataFrame, title: str):  # -> matplotlib Figure
+    """Bar chart of median time per operation (with min-max whiskers) and GFLOP/s where known."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    ok = frame[frame["status"] == "ok"]
+    has_flops = ok["gflops_per_s"].notna().any()
+    fig, axes = plt.subplots(1, 2 if has_flops else 1, figsize=(13 if has_flops else 8, 0.35 * len(frame) + 1.8))
+    axes = list(axes) if has_flops else [axes]
+    labels = ok["name"].tolist()
+    lower = (ok["median_ms"] - ok["min_ms"]).clip(lower=0)
+    upper = (ok["max_ms"] - ok["median_ms"]).clip(lower=0)
+    axes[0].barh(labels, ok["median_ms"], xerr=[lower, upper], color="tab:blue", capsize=2)
+    axes[0].set_xlabel("median time per call [ms] (whiskers: min-max)")
+    axes[0].invert_yaxis()
+    if has_flops:
+        axes[1].barh(labels, ok["gflops_per_s"].fillna(0), color="tab:green")
+        axes[1].set_xlabel("GFLOP/s")
+        axes[1].invert_yaxis()
+        axes[1].set_yticklabels([])
+    fig.suptitle(title)
+    fig.tight_layout()
+    return fig

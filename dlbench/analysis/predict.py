@@ -1,0 +1,157 @@
+"""A network's training step as operations (forward, backward, loss, optimizer) and its step time predicted
+from operator benchmarks, set against the time each operation took in the profiled training."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import pandas as pd
+
+from dlbench.core.values import Measurement
+from dlbench.onnx.step import OPTIMIZER_PASS, TrainingStep
+
+# ------------------------------------------------------------------------------------------ prediction
+
+
+def prediction_frame(
+    step: TrainingStep,
+    measurements: Mapping[int, Measurement],
+    implementations: Mapping[int, str],
+    in_training_us: Mapping[int, float],
+) -> pd.DataFrame:
+    """One row per operation: parameters, occurrences, benchmark time per call and per step, in-training
+    time per step, their ratio (in training / benchmark), and why there is no benchmark time."""
+    from dlbench.onnx.opdb import format_params
+
+    rows = []
+    for op in step.operations:
+        m = measurements.get(op.id)
+        bench_ms = m.stats.median_ms if m is not None and m.ok and m.stats is not None else math.nan
+        predicted = bench_ms * op.count if not math.isnan(bench_ms) else math.nan
+        in_training = in_training_us.get(op.id, 0.0) / 1e3
+        if m is None:
+            status = "no benchmark"
+        elif m.ok:
+            status = "ok"
+        else:
+            status = "failed"
+        rows.append(
+            {
+                "id": op.id,
+                "op_type": op.op_type,
+                "pass": step.pass_of(op.id),
+                "name": op.label,
+                "params": format_params(op.params),
+                "occurrences": op.count,
+                "implementation": implementations.get(op.id, ""),
+                "benchmark_ms": bench_ms,
+                "predicted_ms": predicted,
+                "in_training_ms": in_training,
+                "ratio_training_to_benchmark": in_training / predicted if predicted and predicted > 0 else math.nan,
+                "flops": op.flops,
+                "status": status,
+                "error": (m.error if m is not None else "no registry benchmark serves this op_type"),
+                "nodes": ";".join(op.nodes),
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def op_type_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per op_type: operations, occurrences, predicted and in-training time per step, ratio, coverage."""
+    grouped = frame.groupby("op_type", sort=False)
+    out = grouped.agg(
+        operations=("id", "count"),
+        occurrences=("occurrences", "sum"),
+        predicted_ms=("predicted_ms", lambda s: float(s.fillna(0).sum())),
+        in_training_ms=("in_training_ms", "sum"),
+        benchmarked=("status", lambda s: int((s == "ok").sum())),
+    ).reset_index()
+    out["ratio_training_to_benchmark"] = out["in_training_ms"] / out["predicted_ms"].where(out["predicted_ms"] > 0)
+    out["covered"] = out["benchmarked"] == out["operations"]
+    return out.sort_values("in_training_ms", ascending=False, ignore_index=True)
+
+
+def measured_step_ms(batches: pd.DataFrame, warmup: int) -> tuple[float, float]:
+    """(median unprofiled step after the warm-up, median profiled step) in ms from ``batches.csv``.
+
+    Profiled steps are slower (the profiler costs microseconds per operator call), so the step time the
+    prediction is compared with is that of the unprofiled steps after the warm-up."""
+    unprofiled = batches[(batches["profiled"] == 0) & (batches["step"] >= warmup)]
+    if unprofiled.empty:
+        unprofiled = batches[batches["profiled"] == 0]
+    profiled = batches[batches["profiled"] == 1]
+    steady = float(unprofiled["wall_s"].median()) * 1e3 if len(unprofiled) else math.nan
+    prof = float(profiled["wall_s"].median()) * 1e3 if len(profiled) else math.nan
+    return steady, prof
+
+
+def prediction_metrics(
+    frame: pd.DataFrame, match: Any, measured_ms: float, profiled_ms: float, nodes_total: int, nodes_served: int
+) -> dict[str, float]:
+    """Run-level figures. Shares are of the profiled step's wall time (``profiled_ms``):
+
+    - ``unexplained_time_pct``: time no operation explains (framework, unmatched operators, outside
+      any operator);
+    - ``uncovered_time_pct``: time of operations that have no benchmark measurement.
+    """
+    predicted = float(frame["predicted_ms"].fillna(0).sum())
+    assigned = float(frame["in_training_ms"].sum())
+    covered = float(frame.loc[frame["status"] == "ok", "in_training_ms"].sum())
+    operator_ms = match.total_us() / 1e3
+    base = profiled_ms if profiled_ms and math.isfinite(profiled_ms) and profiled_ms > 0 else operator_ms
+    metrics = {
+        "step_time_predicted_ms": predicted,
+        "step_time_measured_ms": measured_ms,
+        "step_time_profiled_ms": profiled_ms,
+        "profile_operator_time_ms": operator_ms,
+        "prediction_error_pct": 100.0 * (predicted - measured_ms) / measured_ms if measured_ms else math.nan,
+        "unexplained_time_pct": 100.0 * max(base - assigned, 0.0) / base if base else math.nan,
+        "uncovered_time_pct": 100.0 * _nonnegative(assigned - covered) / base if base else math.nan,
+        "framework_time_pct": 100.0 * match.total_us("framework") / 1e3 / base if base else math.nan,
+        "unmatched_operator_time_pct": 100.0 * match.total_us("unmatched") / 1e3 / base if base else math.nan,
+        "outside_operators_pct": 100.0 * max(base - operator_ms, 0.0) / base if base else math.nan,
+        "in_training_covered_ms": covered,
+        "operations": float(len(frame)),
+        "operations_benchmarked": float((frame["status"] == "ok").sum()),
+        "nodes_served_pct": 100.0 * nodes_served / nodes_total if nodes_total else math.nan,
+    }
+    covered_predicted = float(frame.loc[frame["status"] == "ok", "predicted_ms"].sum())
+    if covered_predicted > 0:
+        metrics["covered_ratio_training_to_benchmark"] = covered / covered_predicted
+    return metrics
+
+
+def _nonnegative(value: float) -> float:
+    """A difference of sums, with float round-off below a nanosecond read as zero."""
+    return value if value > 1e-6 else 0.0
+
+
+def time_breakdown(frame: pd.DataFrame, match: Any, profiled_ms: float) -> pd.DataFrame:
+    """Where the profiled step goes: per op_type and pass group the assigned time, then framework,
+    unmatched operators and time outside any operator, each with its share of the profiled step."""
+    rows = []
+    group = frame.assign(part=frame["pass"].map(_pass_group))
+    for (op_type, part), sub in group.groupby(["op_type", "part"], sort=False):
+        rows.append({"part": f"{op_type} {part}", "kind": "operation", "ms": float(sub["in_training_ms"].sum())})
+    rows.append({"part": "framework", "kind": "unexplained", "ms": match.total_us("framework") / 1e3})
+    rows.append({"part": "unmatched operators", "kind": "unexplained", "ms": match.total_us("unmatched") / 1e3})
+    operator_ms = match.total_us() / 1e3
+    if profiled_ms and math.isfinite(profiled_ms):
+        rows.append({"part": "outside operators", "kind": "unexplained", "ms": max(profiled_ms - operator_ms, 0.0)})
+    out = pd.DataFrame(rows)
+    base = profiled_ms if profiled_ms and math.isfinite(profiled_ms) else operator_ms
+    out["share_pct"] = 100.0 * out["ms"] / base if base else math.nan
+    return out.sort_values("ms", ascending=False, ignore_index=True)
+
+
+def _pass_group(pass_name: str) -> str:
+    if pass_name == "forward":
+        return "forward"
+    if pass_name.startswith("loss"):
+        return "loss"
+    if pass_name == OPTIMIZER_PASS:
+        return "optimizer"
+    return "backward"

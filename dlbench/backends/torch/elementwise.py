@@ -1,0 +1,50 @@
+"""Relu, Add with broadcasting, Softmax, and the in-place SGD-with-momentum update."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from dlbench.backends.torch.params import UnsupportedRow, aten, axis_of, integer, randn, shape4
+
+
+def relu(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
+    x = randn(shape4(p), device, dtype)
+    mode = integer(p, "mode", 0)
+    if mode == 0:
+        return lambda: torch.relu(x)
+    y, grad = torch.relu(x), torch.randn_like(x)
+    return lambda: aten.threshold_backward(grad, y, 0)
+
+
+def add(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
+    a_shape, b_shape = shape4(p), shape4(p, "_b")
+    try:
+        torch.broadcast_shapes(a_shape, b_shape)
+    except RuntimeError as err:
+        raise UnsupportedRow(f"shapes {a_shape} and {b_shape} do not broadcast") from err
+    a, b = randn(a_shape, device, dtype), randn(b_shape, device, dtype)
+    return lambda: torch.add(a, b)
+
+
+def softmax(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
+    x, axis = randn(shape4(p), device, dtype), axis_of(p)
+    if integer(p, "mode", 0) == 0:
+        return lambda: torch.softmax(x, axis)
+    y, grad = torch.softmax(x, axis), torch.randn_like(x)
+    return lambda: aten._softmax_backward_data(grad, y, axis, dtype)
+
+
+def sgd(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
+    """The optimizer step of one parameter tensor, in place as training runs it: SGD with momentum,
+    ``buf = 0.9 buf + grad; param -= lr buf``. (An out-of-place Add allocates a fresh output per call and
+    overestimates this several times over.)"""
+    shape = shape4(p)
+    param, grad, buf = (randn(shape, device, dtype) for _ in range(3))
+
+    def update() -> None:
+        buf.mul_(0.9).add_(grad)
+        param.add_(buf, alpha=-1e-6)
+
+    return update

@@ -1,0 +1,48 @@
+"""Max, average and global average pooling, forward and backward."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import torch
+import torch.nn.functional as F
+
+from dlbench.backends.torch.params import Kernel, UnsupportedRow, aten, integer, padded, randn, shape4, window
+
+
+def pool_kernel(kind: str) -> Kernel:
+    def kernel_fn(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
+        n, c, h, w = shape4(p)
+        kernel, strides, pads, _ = window(p)
+        mode = integer(p, "mode", 0)
+        pad_value = -math.inf if kind == "max" else 0.0
+        if max(pads) * 2 > min(kernel) or not (pads[0] == pads[2] and pads[1] == pads[3]):
+            x, padding = padded(randn((n, c, h, w), device, dtype), pads, pad_value)
+        else:
+            x, padding = randn((n, c, h, w), device, dtype), [pads[0], pads[1]]
+        if x.shape[2] < kernel[0] or x.shape[3] < kernel[1]:
+            raise UnsupportedRow(f"kernel {kernel} is larger than the padded input {h}x{w}")
+        if kind == "max":
+            out, indices = aten.max_pool2d_with_indices(x, kernel, strides, padding)
+            if mode == 0:
+                return lambda: aten.max_pool2d_with_indices(x, kernel, strides, padding)
+            grad = torch.randn_like(out)
+            return lambda: aten.max_pool2d_with_indices_backward(
+                grad, x, kernel, strides, padding, [1, 1], False, indices
+            )
+        if mode == 0:
+            # ONNX's AveragePool (count_include_pad=0 by default) and oneDNN exclude the padding
+            return lambda: F.avg_pool2d(x, kernel, strides, padding, count_include_pad=False)
+        grad = torch.randn_like(F.avg_pool2d(x, kernel, strides, padding, count_include_pad=False))
+        return lambda: aten.avg_pool2d_backward(grad, x, kernel, strides, padding, False, False, None)
+
+    return kernel_fn
+
+
+def global_avg_pool(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
+    x = randn(shape4(p), device, dtype)
+    if integer(p, "mode", 0) == 0:
+        return lambda: F.adaptive_avg_pool2d(x, 1)
+    grad = torch.randn_like(F.adaptive_avg_pool2d(x, 1))
+    return lambda: aten._adaptive_avg_pool2d_backward(grad, x)

@@ -1,0 +1,109 @@
+"""The executable: read the input rows, build each operator's tensors, time it, write ``<stem>_out.csv``."""
+
+from __future__ import annotations
+
+import math
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+from dlbench.backends.timing import TimingSettings, time_repeated
+from dlbench.backends.torch.kernels import DTYPES, KERNELS
+from dlbench.backends.torch.memory import free_memory, memory_problem, tensor_bytes
+from dlbench.backends.torch.params import UnsupportedRow
+from dlbench.core.descriptors import DESCRIPTORS
+from dlbench.core.settings import from_environment
+from dlbench.operators.protocol import output_path_for, read_input
+
+
+def _memory_fraction_from_env() -> float:
+    try:
+        value = float(from_environment(("memory_fraction",))["memory_fraction"])
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= 1:
+        raise SystemExit(
+            f"DLBENCH_MEMORY_FRACTION={os.environ.get('DLBENCH_MEMORY_FRACTION')!r}: use a fraction in (0, 1]"
+        )
+    return value
+
+
+def _device_from_env() -> torch.device:
+    name = str(from_environment(("device",))["device"])
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    if name == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("dlbench torch kernels: DLBENCH_DEVICE=cuda but torch sees no CUDA device")
+    return torch.device(name)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 2 or args[0] not in KERNELS:
+        print(f"usage: python -m dlbench.backends.torch {{{','.join(KERNELS)}}} INPUT.csv", file=sys.stderr)
+        return 2
+    op_type, input_path = args[0], Path(args[1])
+    descriptors = DESCRIPTORS[op_type]
+    try:
+        run = from_environment(("threads", "dtype"))
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return 2
+    threads = int(run["threads"])
+    if threads > 0:
+        torch.set_num_threads(threads)
+    device = _device_from_env()
+    dtype_name = str(run["dtype"])
+    if dtype_name not in DTYPES:
+        print(f"DLBENCH_DTYPE={dtype_name!r}: use one of {', '.join(DTYPES)}", file=sys.stderr)
+        return 2
+    dtype = DTYPES[dtype_name]
+    settings = TimingSettings.from_env()
+    memory_fraction = _memory_fraction_from_env()
+    element_size = torch.empty((), dtype=dtype).element_size()
+    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    try:
+        rows = read_input(input_path)
+    except (OSError, ValueError) as err:
+        print(f"cannot read {input_path}: {err}", file=sys.stderr)
+        return 2
+    failed = 0
+    with output_path_for(input_path).open("w", encoding="utf-8") as out, torch.inference_mode(False), torch.no_grad():
+        out.write("id,ms,min,max,mean,std,iqr,reps\n")
+        out.flush()
+        for op_id, values in rows:
+            try:
+                if len(values) != len(descriptors):
+                    raise UnsupportedRow(
+                        f"{len(values)} parameters, {op_type} takes {len(descriptors)}: {', '.join(descriptors)}"
+                    )
+                params = dict(zip(descriptors, values, strict=True))
+                skip = memory_problem(tensor_bytes(op_type, params, element_size), free_memory(device), memory_fraction)
+                if skip:
+                    failed += 1
+                    print(f"id {op_id}: {skip}", file=sys.stderr, flush=True)
+                    continue
+                fn = KERNELS[op_type](params, device, dtype)
+                timing = time_repeated(fn, settings, sync)
+                del fn  # free this row's tensors before the next row is sized
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()  # else the caching allocator's hold shows as used memory
+            except (UnsupportedRow, RuntimeError, MemoryError) as err:
+                failed += 1
+                print(f"id {op_id}: {op_type} cannot run: {err}", file=sys.stderr, flush=True)
+                continue
+            s = timing.stats
+            if timing.budget_spent:
+                print(
+                    f"id {op_id}: time budget of {settings.budget_s:g} s spent after {s.reps} repetitions "
+                    f"(min_reps {settings.min_reps}); the measurement is kept",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            out.write(
+                f"{op_id},{s.median_ms!r},{s.min_ms!r},{s.max_ms!r},{s.mean_ms!r},{s.std_ms!r},{s.iqr_ms!r},{s.reps}\n"
+            )
+            out.flush()
+    return 1 if failed and failed == len(rows) else 0

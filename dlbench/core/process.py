@@ -1,0 +1,167 @@
+"""Run an external program as an argument list in its own process group, with a timeout, bounded logs and
+no orphans left behind; used for benchmark executables and training scripts alike."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO
+
+STDERR_KEEP_BYTES = 256 * 1024
+
+
+#: stdout or stderr beyond this size means a runaway program: it is stopped before it fills the disk
+MAX_LOG_BYTES = 1024 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ProcessResult:
+    returncode: int | None
+    timed_out: bool
+    stdout: str
+    stderr: str
+    seconds: float
+    #: set when the program was stopped for writing too much: which stream and how many bytes
+    flooded: str = ""
+
+    def describe_failure(self) -> str:
+        if self.timed_out:
+            return f"timed out after {self.seconds:.1f} s and was killed"
+        if self.flooded:
+            return f"wrote {self.flooded} and was stopped"
+        if self.returncode is not None and self.returncode < 0:
+            try:
+                name = signal.Signals(-self.returncode).name
+            except ValueError:
+                name = f"signal {-self.returncode}"
+            if name == "SIGKILL":
+                # Nobody here sent it: on Linux that is almost always the kernel's out-of-memory killer.
+                return (
+                    "was killed by SIGKILL, most likely by the out-of-memory killer (see `dmesg`); "
+                    "try smaller shapes, a smaller batch_size or a lower measure.memory_fraction"
+                )
+            return f"was killed by {name}"
+        if self.returncode:
+            return f"exited with status {self.returncode}"
+        return ""
+
+
+def _read_tail(handle: IO[bytes], keep: int = STDERR_KEEP_BYTES) -> str:
+    """The last ``keep`` bytes of a file, without reading a flood of output into memory."""
+    size = handle.seek(0, os.SEEK_END)
+    handle.seek(max(0, size - keep))
+    text = handle.read().decode("utf-8", "replace")
+    return f"[... {size - keep} earlier bytes dropped ...]\n{text}" if size > keep else text
+
+
+def run_command(
+    command: Sequence[str],
+    *,
+    timeout: float,
+    env: Mapping[str, str] | None = None,
+    cwd: Path | None = None,
+    stderr_path: Path | None = None,
+    on_poll: Callable[[], None] | None = None,
+    poll_interval_s: float = 0.25,
+    max_log_bytes: int = MAX_LOG_BYTES,
+) -> ProcessResult:
+    """Run an argument list in its own process group; on timeout or interrupt kill the whole group.
+
+    stdout and stderr go to files (not pipes), so a program that floods them can neither block nor
+    exhaust memory; only the tail of each is kept (and written to ``stderr_path``, even on interrupt).
+    A program that writes more than ``max_log_bytes`` to either is stopped like one that timed out.
+    """
+    full_env = dict(os.environ)
+    if env:
+        full_env.update(env)
+    start = time.perf_counter()
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+            list(command),
+            stdout=out,
+            stderr=err,
+            stdin=subprocess.DEVNULL,
+            env=full_env,
+            cwd=cwd,
+            start_new_session=True,
+        )
+        timed_out = False
+        flooded = ""
+        deadline = start + timeout
+        try:
+            while True:
+                try:
+                    proc.wait(timeout=max(0.0, min(poll_interval_s, deadline - time.perf_counter())))
+                    break
+                except subprocess.TimeoutExpired:
+                    if time.perf_counter() >= deadline:
+                        timed_out = True
+                        kill_process_group(proc)
+                        break
+                    flooded = _flooded(out, err, max_log_bytes)
+                    if flooded:
+                        kill_process_group(proc)
+                        break
+                    if on_poll is not None:
+                        on_poll()
+            _kill_leftovers(proc)
+        except BaseException:
+            kill_process_group(proc)
+            raise
+        finally:
+            stderr = _read_tail(err)
+            if stderr_path is not None:
+                stderr_path.write_text(stderr, encoding="utf-8")
+        seconds = time.perf_counter() - start
+        stdout = _read_tail(out)
+    return ProcessResult(
+        returncode=proc.returncode,
+        timed_out=timed_out,
+        stdout=stdout,
+        stderr=stderr,
+        seconds=seconds,
+        flooded=flooded,
+    )
+
+
+def _flooded(out: IO[bytes], err: IO[bytes], limit: int) -> str:
+    for name, handle in (("stdout", out), ("stderr", err)):
+        size = os.fstat(handle.fileno()).st_size
+        if size > limit:
+            return f"{size} bytes to {name}, over the {limit}-byte limit,"
+    return ""
+
+
+def _kill_leftovers(proc: subprocess.Popen) -> None:
+    """Children the program started and left running die with it: a sweep leaves no orphans."""
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def kill_process_group(proc: subprocess.Popen, grace: float = 2.0) -> None:
+    """SIGTERM the child's process group, then SIGKILL what is left after ``grace`` seconds.
+
+    The group is killed even when a second Ctrl-C interrupts the grace period, and grandchildren that
+    outlive the leader are killed too (the group id stays valid while any member lives)."""
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+    except ProcessLookupError:
+        pass
+    try:
+        proc.wait(timeout=grace)
+    except subprocess.TimeoutExpired:
+        pass
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        proc.wait()

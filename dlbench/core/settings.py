@@ -1,0 +1,80 @@
+"""The one table of settings an operator benchmark executable is given: config key, ``DLBENCH_*`` variable,
+type, default and meaning. The typed config takes its defaults from here, the runner writes the environment
+from it, and the embedded kernels read it back through it; the native kernels keep their own defaults in
+``native/common/protocol.hpp``, which a test holds to this table."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Setting:
+    key: str
+    env: str
+    type: type
+    default: int | float | str
+    help: str
+
+    def parse(self, text: str) -> int | float | str:
+        """The value of ``text`` as this setting's type; a malformed value names the variable."""
+        try:
+            return self.type(text)
+        except ValueError:
+            raise ValueError(f"{self.env}={text!r} is not a valid {self.type.__name__}") from None
+
+
+#: ``measure.<key>`` in the config: how each operation is timed.
+MEASURE_SETTINGS: tuple[Setting, ...] = (
+    Setting("warmup", "DLBENCH_WARMUP", int, 3, "warm-up calls before timing"),
+    Setting("min_reps", "DLBENCH_MIN_REPS", int, 10, "minimum timed repetitions"),
+    Setting("max_reps", "DLBENCH_MAX_REPS", int, 1000, "maximum timed repetitions"),
+    Setting("min_time_s", "DLBENCH_MIN_TIME_S", float, 0.2, "keep repeating until this many seconds were timed"),
+    Setting(
+        "op_budget_s", "DLBENCH_OP_BUDGET_S", float, 0.0,
+        "seconds one operation may take (warm-up and repetitions); 0: no limit beyond `timeout`",
+    ),
+    Setting(
+        "memory_fraction", "DLBENCH_MEMORY_FRACTION", float, 0.8,
+        "skip an operation whose tensors need more than this fraction of the free device memory",
+    ),
+)  # fmt: skip
+
+#: Top-level config keys an executable is told about, and the verify switch of the native kernels.
+RUN_SETTINGS: tuple[Setting, ...] = (
+    Setting("threads", "DLBENCH_THREADS", int, 0, "CPU threads (0: the library's default)"),
+    Setting("device", "DLBENCH_DEVICE", str, "cpu", "cpu or cuda"),
+    Setting("dtype", "DLBENCH_DTYPE", str, "float32", "float32, float16 or bfloat16"),
+    Setting(
+        "verify", "DLBENCH_VERIFY", int, 0, "1: compare small problems with a reference, exit non-zero on mismatch"
+    ),
+)
+
+EXECUTABLE_SETTINGS: tuple[Setting, ...] = MEASURE_SETTINGS + RUN_SETTINGS
+_BY_KEY = {s.key: s for s in EXECUTABLE_SETTINGS}
+
+
+def default(key: str) -> int | float | str:
+    return _BY_KEY[key].default
+
+
+def to_environment(values: Mapping[str, object]) -> dict[str, str]:
+    """``DLBENCH_*`` variables for the settings in ``values`` (by key); floats keep their exact repr."""
+    env = {}
+    for key, value in values.items():
+        setting = _BY_KEY[key]
+        env[setting.env] = repr(float(value)) if setting.type is float else str(value)
+    return env
+
+
+def from_environment(keys: Iterable[str], environ: Mapping[str, str] | None = None) -> dict[str, int | float | str]:
+    """The settings ``keys`` as an executable sees them: its environment, else the defaults."""
+    env = os.environ if environ is None else environ
+    values = {}
+    for key in keys:
+        setting = _BY_KEY[key]
+        text = env.get(setting.env, "").strip()
+        values[key] = setting.parse(text) if text else setting.default
+    return values

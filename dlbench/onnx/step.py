@@ -1,0 +1,249 @@
+"""A network's training step as operations: its forward operations and their unfolded backward passes, adjusted
+by what the ONNX graph says (which inputs need gradients, fused bias additions), plus the loss and the
+optimizer update."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from dlbench.core.descriptors import DESCRIPTORS, operation_cost
+from dlbench.core.shapes import rank4
+from dlbench.core.values import Operation
+
+#: Outputs of these operators carry no gradient (shapes, indices, masks).
+NON_DIFFERENTIABLE = frozenset(
+    {"Shape", "Size", "ConstantOfShape", "Range", "NonZero", "ArgMax", "ArgMin", "Equal", "Less", "Greater",
+     "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Trilu", "Cast", "EyeLike"}
+)  # fmt: skip
+
+
+#: Which forward input a derived pass differentiates against (the others take input 0).
+PASS_INPUT = {"backward_weights": 1, "backward_b": 1}
+
+
+FLOAT_TYPES = frozenset({1, 10, 11, 16})  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+
+
+LOSS_PASSES = ("loss_forward", "loss_backward")
+
+
+OPTIMIZER_PASS = "optimizer"
+
+
+@dataclass(frozen=True)
+class GraphFacts:
+    """What the ONNX graph says about training that the operation list does not."""
+
+    node_inputs: Mapping[str, tuple[str, ...]]
+    requires_grad: frozenset[str]
+    producers: Mapping[str, str]  # tensor -> op_type of the node that makes it
+    constants: frozenset[str]
+    parameters: tuple[tuple[str, tuple[int, ...]], ...]  # trainable float initializers
+    output_shapes: Mapping[str, tuple[int, ...]]  # graph outputs with a static shape
+    outputs: tuple[str, ...]
+    output_producers: Mapping[str, tuple[str, int]] = field(default_factory=dict)  # tensor -> (node, index)
+
+    def with_inferred_outputs(self, nodes: Sequence[Any]) -> GraphFacts:
+        """Fill graph output shapes the file leaves symbolic from an extraction's inferred node outputs
+        (``nodes``: :class:`dlbench.extract.NodeRecord` objects)."""
+        records = {node.name: node for node in nodes}
+        shapes = dict(self.output_shapes)
+        for out in self.outputs:
+            producer = self.output_producers.get(out)
+            if out in shapes or producer is None or producer[0] not in records:
+                continue
+            inferred = records[producer[0]].output_shapes
+            if producer[1] < len(inferred) and inferred[producer[1]]:
+                shapes[out] = tuple(int(d) for d in inferred[producer[1]])
+        return replace(self, output_shapes=shapes)
+
+    def input_requires_grad(self, node: str, index: int) -> bool:
+        inputs = self.node_inputs.get(node, ())
+        return index < len(inputs) and inputs[index] in self.requires_grad
+
+
+def graph_facts(model_path: str | Path, batch_size: int | None = None) -> GraphFacts:
+    """Trainable parameters (float initializers, less BatchNormalization's running statistics), which
+    tensors need a gradient (those computed from a parameter), constants and producers."""
+    import onnx
+
+    model = onnx.load(str(model_path), load_external_data=False)
+    graph = model.graph
+    initializers = {t.name: t for t in graph.initializer}
+    running_stats = {
+        node.input[i]
+        for node in graph.node
+        if node.op_type == "BatchNormalization"
+        for i in (3, 4)
+        if len(node.input) > i
+    }
+    parameters = tuple(
+        (t.name, tuple(int(d) for d in t.dims))
+        for t in graph.initializer
+        if t.data_type in FLOAT_TYPES and t.name not in running_stats and len(t.dims) > 0
+    )
+    requires = {name for name, _ in parameters}
+    constants = set(initializers)
+    producers: dict[str, str] = {}
+    output_producers: dict[str, tuple[str, int]] = {}
+    node_inputs: dict[str, tuple[str, ...]] = {}
+    for index, node in enumerate(graph.node):
+        name = node.name or f"{node.op_type}_{index}"
+        inputs = tuple(node.input)
+        node_inputs[name] = inputs
+        present = [i for i in inputs if i]
+        if node.op_type == "Constant" or (present and all(i in constants for i in present)):
+            constants.update(o for o in node.output if o)
+        if node.op_type not in NON_DIFFERENTIABLE and any(i in requires for i in present):
+            requires.update(o for o in node.output if o)
+        for position, out in enumerate(node.output):
+            producers[out] = node.op_type
+            output_producers[out] = (name, position)
+    output_shapes = {}
+    for out in graph.output:
+        dims = out.type.tensor_type.shape.dim
+        shape = []
+        for i, d in enumerate(dims):
+            if d.HasField("dim_value"):
+                shape.append(int(d.dim_value))
+            elif i == 0 and batch_size is not None:
+                shape.append(int(batch_size))
+            else:
+                shape = []
+                break
+        if shape:
+            output_shapes[out.name] = tuple(shape)
+    return GraphFacts(
+        node_inputs=node_inputs,
+        requires_grad=frozenset(requires),
+        producers=producers,
+        constants=frozenset(constants),
+        parameters=parameters,
+        output_shapes=output_shapes,
+        outputs=tuple(o.name for o in graph.output),
+        output_producers=output_producers,
+    )
+
+
+@dataclass(frozen=True)
+class TrainingStep:
+    """The operations of one training step: ``passes`` names each one's pass, ``notes`` what was adjusted
+    (pruned gradients, fused bias additions, added loss and optimizer operations)."""
+
+    operations: tuple[Operation, ...]
+    passes: Mapping[int, str]
+    notes: tuple[str, ...] = ()
+
+    def pass_of(self, op_id: int) -> str:
+        return self.passes.get(op_id, "forward")
+
+
+def training_step(
+    forward: Sequence[Operation],
+    unfolding: Any,
+    facts: GraphFacts | None,
+    options: Mapping[str, Any] | None = None,
+    dtype_bytes: int = 4,
+) -> TrainingStep:
+    """Forward operations and their unfolded backward passes (``unfolding``: a
+    :class:`dlbench.unfold.Unfolding` of ``forward``), adjusted by the graph's facts:
+
+    - ``prune_gradients``: a derived pass runs once per node whose differentiated input needs a gradient
+      (the first layer computes no data gradient);
+    - ``fuse_bias_add``: an Add of a constant right after a MatMul/Gemm is PyTorch's addmm, not a kernel;
+    - ``loss``: cross entropy on the first graph output, as a Softmax forward and backward on it flattened
+      to (rows, classes);
+    - ``optimizer``: per parameter tensor one ``SGD`` operation of its shape (the in-place momentum update,
+      measured by :mod:`dlbench.evaluate`), or ``updates_per_parameter`` operations of another op_type.
+    """
+    options = dict(options or {})
+    notes: list[str] = []
+    forward_ids = {op.id for op in forward}
+    operations: list[Operation] = []
+    passes: dict[int, str] = {}
+    for op in unfolding.operations:
+        pass_name = unfolding.pass_of(op.id)
+        count = op.count
+        if facts is not None and op.nodes:
+            if pass_name != "forward" and options.get("prune_gradients", True):
+                index = PASS_INPUT.get(pass_name, 0)
+                needed = sum(
+                    1 for node in op.nodes if node not in facts.node_inputs or facts.input_requires_grad(node, index)
+                )
+                count = op.count * needed // max(len(op.nodes), 1)
+                if count < op.count:
+                    notes.append(f"{op.op_type} {pass_name} of {op.count - count} node(s) pruned: no gradient needed")
+            if op.op_type == "Add" and op.id in forward_ids and options.get("fuse_bias_add", True):
+                fused = sum(1 for node in op.nodes if _is_bias_add(facts, node))
+                if fused:
+                    count = op.count - fused * op.count // max(len(op.nodes), 1)
+                    notes.append(f"Add of {fused} node(s) fused into the preceding MatMul/Gemm (addmm)")
+        if count <= 0:
+            continue
+        operations.append(replace(op, count=count) if count != op.count else op)
+        passes[op.id] = pass_name
+    next_id = max((op.id for op in operations), default=-1) + 1
+    loss = options.get("loss") or {}
+    if facts is not None and loss.get("enabled", True) and facts.outputs:
+        shape = facts.output_shapes.get(facts.outputs[0])
+        if shape:
+            rows, classes = math.prod(shape[:-1]) if len(shape) > 1 else 1, shape[-1]
+            op_type = str(loss.get("op_type", "Softmax"))
+            for mode, pass_name in enumerate(LOSS_PASSES):
+                params = {"N": 1, "C": 1, "H": rows, "W": classes, "axis": 3, "mode": mode}
+                operations.append(_synthetic(next_id, op_type, params, 1, f"loss:{facts.outputs[0]}", dtype_bytes))
+                passes[next_id] = pass_name
+                next_id += 1
+            notes.append(f"loss: {op_type} forward and backward on the logits ({rows} x {classes})")
+        else:
+            notes.append(f"loss: the shape of output {facts.outputs[0]!r} is not static; no loss operations")
+    optimizer = options.get("optimizer") or {}
+    if facts is not None and optimizer.get("enabled", True) and facts.parameters:
+        op_type = str(optimizer.get("op_type", "SGD"))
+        # one SGD operation runs the whole update of a tensor; an Add stands for one of its passes
+        per_parameter = 1 if op_type == "SGD" else int(optimizer.get("updates_per_parameter", 3))
+        by_shape: dict[tuple[int, ...], list[str]] = {}
+        for name, shape in facts.parameters:
+            by_shape.setdefault(rank4("SGD", shape), []).append(name)
+        for shape, names in by_shape.items():
+            params = dict(zip("NCHW", shape, strict=True))
+            if op_type != "SGD":
+                params.update({f"{d}_b": v for d, v in zip("NCHW", shape, strict=True)})
+            op = _synthetic(next_id, op_type, params, per_parameter * len(names), "", dtype_bytes)
+            operations.append(replace(op, nodes=tuple(f"optimizer:{name}" for name in names)))
+            passes[next_id] = OPTIMIZER_PASS
+            next_id += 1
+        notes.append(
+            f"optimizer: {per_parameter} {op_type} operation(s) per parameter tensor ({len(facts.parameters)} tensors)"
+        )
+    return TrainingStep(tuple(operations), passes, tuple(dict.fromkeys(notes)))
+
+
+def _synthetic(op_id: int, op_type: str, params: Mapping[str, Any], count: int, node: str, dtype_bytes: int):
+    descriptors = DESCRIPTORS.get(op_type, list(params))
+    ordered = tuple((d, params[d]) for d in descriptors if d in params)
+    flops, moved = operation_cost(op_type, dict(ordered), dtype_bytes)
+    return Operation(
+        id=op_id,
+        op_type=op_type,
+        params=ordered,
+        count=count,
+        nodes=(node,) if node else (),
+        flops=flops or None,
+        bytes_moved=moved or None,
+    )
+
+
+def _is_bias_add(facts: GraphFacts, node: str) -> bool:
+    inputs = [i for i in facts.node_inputs.get(node, ()) if i]
+    if len(inputs) != 2:
+        return False
+    constant = [i in facts.constants for i in inputs]
+    if constant.count(True) != 1:
+        return False
+    other = inputs[constant.index(False)]
+    return facts.producers.get(other) in ("MatMul", "Gemm")

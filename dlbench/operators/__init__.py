@@ -1,0 +1,1 @@
+"""Config -> operations -> measurements: the registry, aligning parameters, the executable protocol, the runner."""

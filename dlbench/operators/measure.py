@@ -1,0 +1,76 @@
+"""Measuring operations with one implementation as a sweep does: with a progress bar, a fingerprint of what
+was measured, the params that describe it, and one error naming every problem afterwards."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from dlbench.config import DlbenchConfig
+from dlbench.core.errors import TaskFailed
+from dlbench.core.progress import progress
+from dlbench.core.values import Operation, SweepResult
+from dlbench.operators.registry import OperatorBenchmark
+from dlbench.operators.runner import RunSettings, SweepFiles, measure_operations
+
+
+def sweep_params(cfg: DlbenchConfig, entry: OperatorBenchmark, benchmark_name: str, n_ops: int, device: str) -> dict:
+    return {
+        "benchmark": benchmark_name,
+        "implementation": entry.name,
+        "backend": entry.backend,
+        "op_type": cfg.benchmark.op_type if cfg.benchmark else "",
+        "batch_size": cfg.batch_size,
+        "dtype": cfg.dtype,
+        "threads": cfg.threads,
+        "device": device,
+        "n_operations": n_ops,
+        "timeout": cfg.timeout,
+        **{f"measure.{k}": v for k, v in asdict(cfg.measure).items()},
+        "command": " ".join(entry.command),
+    }
+
+
+def operations_digest(entry: OperatorBenchmark, operations: Sequence[Operation]) -> str:
+    """A short fingerprint of what a sweep measures: each operation's id and parameters, and the
+    implementation's parameter order. Resuming only takes results from a run with the same fingerprint."""
+    text = repr([list(entry.param_descr), [(op.id, op.op_type, op.params) for op in operations]])
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:16]
+
+
+def measure_with_progress(
+    entry: OperatorBenchmark,
+    operations: Sequence[Operation],
+    settings: RunSettings,
+    workdir: Path,
+    stem: str,
+    quiet: bool,
+) -> tuple[SweepResult, SweepFiles]:
+    """``measure_operations`` with a progress bar fed by the rows the executable has written so far."""
+    bar = progress(len(operations), f"{stem}", quiet=quiet)
+    out_path = workdir / f"{stem}_out.csv"
+
+    def poll() -> None:
+        try:
+            with out_path.open("rb") as handle:
+                done = max(0, sum(1 for _ in handle) - 1)
+        except OSError:
+            return
+        bar.update(max(0, min(done, len(operations)) - bar.n))
+
+    try:
+        return measure_operations(entry, operations, settings, workdir, stem=stem, on_poll=poll)
+    finally:
+        bar.close()
+
+
+def raise_for_result(name: str, result: SweepResult, kept: str = "") -> None:
+    """After logging: re-raise an interrupt, or fail with every run-wide and per-operation problem."""
+    if result.interrupted:
+        raise KeyboardInterrupt(f"{name} was interrupted" + (f"; {kept}" if kept else ""))
+    if not result.ok:
+        problems = [result.run_error] if result.run_error else []
+        problems += [f"id {i}: {result.measurements[i].error}" for i in result.failed_ids]
+        raise TaskFailed(f"{name}: " + "\n  ".join(problems))

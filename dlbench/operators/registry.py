@@ -1,0 +1,224 @@
+"""The operator benchmark registry: one YAML file an entry under ``registry/`` in each config directory."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import sys
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from dlbench import CONF_DIR, PROJECT_ROOT
+from dlbench.config import RegistryEntry, TrainingEntry
+from dlbench.operators.align import Permutation, PermutationError, parse_param_descr
+
+PYTHON_ALIASES = ("python", "python3")
+
+
+class RegistryError(ValueError):
+    """A registry file that does not describe a valid entry; the message names the file and the field."""
+
+
+def load_yaml_node(path: Path, schema: type, group: str, resolve: bool = True) -> object:
+    """Load ``path`` and check it against ``schema`` (unknown keys and wrong types fail naming the file).
+
+    With ``resolve=False`` interpolations such as ``${batch_size}`` stay as text, to be resolved later
+    against the run's configuration."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    try:
+        raw = OmegaConf.load(path)
+        node = OmegaConf.merge(OmegaConf.structured(schema), raw)
+        if resolve:
+            return OmegaConf.to_object(node)
+        return schema(**OmegaConf.to_container(node, resolve=False))
+    except (OmegaConfBaseException, ValueError, OSError) as err:
+        message = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise RegistryError(f"{group} entry {path}: {message}") from err
+    except Exception as err:  # yaml.YAMLError and friends: still name the file
+        raise RegistryError(f"{group} entry {path}: {type(err).__name__}: {err}") from err
+
+
+def resolve_command(exe: object, where: str) -> tuple[str, ...]:
+    """An argument list from ``exe``: a path or a list; never a string split on spaces."""
+    if isinstance(exe, str):
+        parts = [exe]
+    elif isinstance(exe, Sequence) and exe and all(isinstance(p, str | int | float) for p in exe):
+        parts = [str(p) for p in exe]
+    else:
+        raise RegistryError(f"{where}: exe must be a path or a non-empty list of arguments, got {exe!r}")
+    program = parts[0]
+    if program in PYTHON_ALIASES:
+        # Script paths after the interpreter resolve against the project root too.
+        return (sys.executable, *(_project_path(p) if p.endswith(".py") else p for p in parts[1:]))
+    if program.endswith(".py"):
+        return (sys.executable, _project_path(program), *parts[1:])
+    expanded = Path(os.path.expanduser(program))
+    if expanded.is_absolute():
+        program = str(expanded)
+    elif "/" in program or (PROJECT_ROOT / program).exists():
+        program = str(PROJECT_ROOT / expanded)
+    else:
+        program = shutil.which(program) or program
+    return (program, *parts[1:])
+
+
+def _project_path(path: str) -> str:
+    expanded = Path(os.path.expanduser(path))
+    return str(expanded if expanded.is_absolute() else PROJECT_ROOT / expanded)
+
+
+def command_availability(command: Sequence[str]) -> str:
+    """Empty when the command can start here, else why not (naming the path looked for)."""
+    program = command[0]
+    if program == sys.executable and len(command) >= 3 and command[1] == "-m":
+        module = command[2]
+        try:
+            found = importlib.util.find_spec(module) is not None
+        except (ImportError, ValueError):
+            found = False
+        return "" if found else f"Python module {module} not found"
+    if program == sys.executable and len(command) >= 2 and command[1].endswith(".py"):
+        return "" if Path(command[1]).is_file() else f"script not found: {command[1]}"
+    path = Path(program)
+    if not path.is_absolute():
+        return f"executable {program} not found on PATH"
+    if not path.exists():
+        return f"executable not found: {path}"
+    if not os.access(path, os.X_OK) or path.is_dir():
+        return f"not an executable file: {path}"
+    return ""
+
+
+@dataclass(frozen=True)
+class OperatorBenchmark:
+    """A registered operator benchmark, validated and with its command resolved."""
+
+    name: str
+    synonyms: tuple[str, ...]
+    command: tuple[str, ...]
+    param_descr: tuple[str, ...]
+    permutations: tuple[Permutation, ...]
+    backend: str
+    devices: tuple[str, ...]
+    source: Path
+    description: str = ""
+
+    def serves(self, op_type: str) -> bool:
+        return op_type == self.name or op_type in self.synonyms
+
+    @property
+    def unavailable_reason(self) -> str:
+        return command_availability(self.command)
+
+    @property
+    def available(self) -> bool:
+        return not self.unavailable_reason
+
+    @classmethod
+    def from_entry(cls, entry: RegistryEntry, source: Path) -> OperatorBenchmark:
+        where = f"registry entry {source}"
+        if not entry.name.strip():
+            raise RegistryError(f"{where}: name is empty")
+        try:
+            permutations = tuple(Permutation.parse(p) for p in entry.permutation)
+        except PermutationError as err:
+            raise RegistryError(f"{where}: field permutation: {err}") from err
+        devices = entry.device if isinstance(entry.device, list | tuple) else [entry.device]
+        try:
+            param_descr = tuple(parse_param_descr(entry.param_descr, f"{where}: field param_descr"))
+        except ValueError as err:
+            raise RegistryError(str(err)) from err
+        return cls(
+            name=entry.name,
+            synonyms=tuple(entry.synonyms),
+            command=resolve_command(entry.exe, f"{where}: field exe"),
+            param_descr=param_descr,
+            permutations=permutations,
+            backend=entry.backend,
+            devices=tuple(str(d) for d in devices),
+            source=source,
+            description=entry.description,
+        )
+
+
+@dataclass(frozen=True)
+class TrainingBenchmark:
+    """A registered training script: the original ``name``, ``exe``, ``parameters``."""
+
+    name: str
+    command: tuple[str, ...]
+    parameters: str
+    model: str
+    source: Path
+    description: str = ""
+
+
+@dataclass(frozen=True)
+class Registry:
+    operators: tuple[OperatorBenchmark, ...]
+    trainings: tuple[TrainingBenchmark, ...] = ()
+
+    def operator(self, name: str) -> OperatorBenchmark:
+        for entry in self.operators:
+            if entry.name == name:
+                return entry
+        raise KeyError(f"no operator benchmark {name!r}; registered: {', '.join(e.name for e in self.operators)}")
+
+    def training(self, name: str) -> TrainingBenchmark:
+        for entry in self.trainings:
+            if entry.name == name:
+                return entry
+        raise KeyError(f"no training benchmark {name!r}; registered: {', '.join(e.name for e in self.trainings)}")
+
+    def serving(self, op_type: str, backend: str | None = None, device: str | None = None) -> list[OperatorBenchmark]:
+        """Entries serving ``op_type`` (by name or synonym), optionally of one backend and device."""
+        return [
+            e
+            for e in self.operators
+            if e.serves(op_type)
+            and (backend is None or e.backend == backend)
+            and (device is None or device in e.devices)
+        ]
+
+
+def _yaml_files(search_dirs: Iterable[Path], group: str) -> list[Path]:
+    """The group's YAML files, first directory winning for a file name (Hydra's search-path rule)."""
+    seen: dict[str, Path] = {}
+    for directory in search_dirs:
+        folder = Path(directory) / group
+        if not folder.is_dir():
+            continue
+        for path in sorted(folder.glob("*.yaml")) + sorted(folder.glob("*.yml")):
+            seen.setdefault(path.stem, path)
+    return [seen[name] for name in sorted(seen)]
+
+
+def load_registry(search_dirs: Sequence[Path] = (CONF_DIR,)) -> Registry:
+    """Load every ``registry/*.yaml`` and ``training/*.yaml`` on the config search path."""
+    operators: dict[str, OperatorBenchmark] = {}
+    for path in _yaml_files(search_dirs, "registry"):
+        entry = load_yaml_node(path, RegistryEntry, "registry")
+        assert isinstance(entry, RegistryEntry)
+        benchmark = OperatorBenchmark.from_entry(entry, path)
+        if benchmark.name in operators:
+            raise RegistryError(
+                f"registry entry {path}: name {benchmark.name!r} is already used by {operators[benchmark.name].source}"
+            )
+        operators[benchmark.name] = benchmark
+    trainings: dict[str, TrainingBenchmark] = {}
+    for path in _yaml_files(search_dirs, "training"):
+        entry = load_yaml_node(path, TrainingEntry, "training", resolve=False)
+        assert isinstance(entry, TrainingEntry)
+        trainings[entry.name] = TrainingBenchmark(
+            name=entry.name,
+            command=resolve_command(entry.exe, f"training entry {path}: field exe"),
+            parameters=entry.parameters,
+            model=entry.model,
+            source=path,
+            description=entry.description,
+        )
+    return Registry(operators=tuple(operators.values()), trainings=tuple(trainings.values()))

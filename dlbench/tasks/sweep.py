@@ -1,0 +1,84 @@
+"""An operator sweep: one configured benchmark measured by each matching implementation, each an MLflow
+run with params, hardware tags, per-operation metrics and the protocol's CSVs as artifacts."""
+
+from __future__ import annotations
+
+import logging
+
+from dlbench.analysis.report import log_sweep, print_summary
+from dlbench.config import DlbenchConfig
+from dlbench.core.context import AppContext
+from dlbench.core.device import resolve_device
+from dlbench.core.errors import TaskFailed
+from dlbench.core.values import SweepResult
+from dlbench.operators.measure import measure_with_progress, operations_digest, raise_for_result, sweep_params
+from dlbench.operators.plan import select_implementations
+from dlbench.operators.registry import load_registry
+from dlbench.operators.runner import run_settings
+from dlbench.operators.workload import operations_from_benchmark
+from dlbench.tracking.resume import find_resume_point
+from dlbench.tracking.runs import open_run, run_place
+
+log = logging.getLogger(__name__)
+
+
+def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
+    assert cfg.benchmark is not None
+    bench = cfg.benchmark
+    device = resolve_device(cfg.device)
+    registry = load_registry(ctx.config_dirs)
+    implementations = select_implementations(registry, bench.op_type, cfg.backend, device)
+    operations = operations_from_benchmark(bench, cfg.dtype)
+    target = run_place(cfg, ctx).target
+    settings = run_settings(cfg, device)
+    failures: list[str] = []
+    for entry in implementations:
+        reason = entry.unavailable_reason
+        if reason:
+            failures.append(f"{entry.name} is not available: {reason}")
+            log.error("%s is not available: %s", entry.name, reason)
+            continue
+        params = sweep_params(cfg, entry, bench.name, len(operations), device)
+        params["operations_sha1"] = operations_digest(entry, operations)
+        tags: dict[str, str] = {}
+        workdir = ctx.output_dir / "protocol"
+        resume = find_resume_point(target, params) if cfg.resume else None
+        todo = list(operations)
+        if resume is not None:
+            todo = [op for op in operations if op.id not in resume.done_ids]
+            tags["dlbench.resumed_from"] = resume.run_id
+            log.info(
+                "resuming %s run %s: %d of %d operations measured there, %d to measure",
+                resume.status,
+                resume.run_id,
+                len(operations) - len(todo),
+                len(operations),
+                len(todo),
+            )
+        elif cfg.resume:
+            log.info("resume=true: no earlier run of this sweep in %s; measuring everything", target.experiment)
+        log.info("measuring %d %s operations with %s", len(todo), bench.op_type, entry.name)
+        name = f"{bench.name}-{entry.name}-bs{cfg.batch_size}-{device}"
+        try:
+            with open_run(
+                cfg, ctx, kind="operator_sweep", benchmark=bench.name, name=name, params=params,
+                implementation=entry.name, tags=tags,
+            ) as tracked:  # fmt: skip
+                if todo:
+                    result, files = measure_with_progress(
+                        entry, todo, settings, workdir, f"{entry.name}_{bench.name}", cfg.quiet
+                    )
+                else:
+                    result, files = SweepResult({}), None
+                kept = resume.kept if resume is not None else None
+                frame = log_sweep(tracked, cfg, todo, result, files, tracked.run_name, kept=kept)
+                if resume is not None:
+                    tracked.log_metrics({"operations_resumed": float(len(operations) - len(todo))})
+                print_summary(frame, tracked.run_name, tracked.run_id)
+                raise_for_result(entry.name, result, f"{len(frame[frame.status == 'ok'])} operations were kept")
+        except TaskFailed as err:
+            failures.append(str(err))
+            log.error("%s", err)
+    if failures:
+        raise TaskFailed("\n".join(failures))
+    return 0

@@ -1,0 +1,146 @@
+"""Training benchmarks: run an instrumented training script as its own process inside an MLflow run; the
+script's instrumentation logs step metrics to that run and each profiled batch as a nested child run."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shlex
+import shutil
+from dataclasses import asdict
+from pathlib import Path
+
+from dlbench import PROJECT_ROOT
+from dlbench.config import DlbenchConfig
+from dlbench.core.context import AppContext
+from dlbench.core.errors import TaskFailed
+from dlbench.core.process import run_command
+from dlbench.core.progress import progress
+from dlbench.operators.registry import TrainingBenchmark, command_availability, load_registry
+from dlbench.tracking.runs import open_run, run_place
+from dlbench.training.instrument import ENV_BATCHES, ENV_DIR, ENV_PROGRESS, ENV_WARMUP
+from dlbench.training.profile import SUMMARY_FILE
+from dlbench.training.scripts import training_entry
+
+log = logging.getLogger(__name__)
+
+STDERR_ARTIFACT = "stderr.txt"
+STDOUT_ARTIFACT = "stdout.txt"
+
+
+def training_params(cfg: DlbenchConfig, entry: TrainingBenchmark, arguments: list[str]) -> dict[str, object]:
+    assert cfg.benchmark is not None
+    return {
+        "benchmark": cfg.benchmark.name,
+        "training": entry.name,
+        "model": entry.model,
+        "batch_size": cfg.batch_size,
+        "steps": cfg.steps,
+        "lr": cfg.lr,
+        "threads": cfg.threads,
+        "device": cfg.device,
+        "dtype": cfg.dtype,
+        "timeout": cfg.timeout,
+        **{f"profile.{k}": v for k, v in asdict(cfg.profile).items()},
+        "parameters": shlex.join(arguments),
+        "command": shlex.join([*entry.command, *arguments]),
+    }
+
+
+def child_env(run: object, experiment_id: str, profile_dir: Path, cfg: DlbenchConfig) -> dict[str, str]:
+    """MLflow's own variables (the script logs into this run) and the profile window."""
+    from dlbench.tracking.run import child_environment
+
+    env = child_environment(run)  # type: ignore[arg-type]
+    env["MLFLOW_EXPERIMENT_ID"] = experiment_id
+    env[ENV_WARMUP] = str(cfg.profile.warmup)
+    env[ENV_BATCHES] = str(cfg.profile.batches)
+    env[ENV_DIR] = str(profile_dir)
+    env["DLBENCH_THREADS"] = str(cfg.threads)
+    env["DLBENCH_DEVICE"] = cfg.device
+    # The script imports the dlbench that started it, installed or not.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    return env
+
+
+def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
+    """One MLflow run for one training benchmark; the run ends FAILED (and this raises ``TaskFailed``) when
+    the script is missing, fails, times out or ends without writing its profile."""
+    assert cfg.benchmark is not None
+    bench = cfg.benchmark
+    entry, arguments = training_entry(cfg, load_registry(ctx.config_dirs))
+    experiment_id = run_place(cfg, ctx).experiment_id
+    name = f"{bench.name}-bs{cfg.batch_size}-{cfg.device}"
+    params = training_params(cfg, entry, arguments)
+    workdir = ctx.output_dir / "training" / bench.name
+    profile_dir = workdir / "profile"
+    shutil.rmtree(workdir, ignore_errors=True)  # stale files must not pass for this run's profile
+    profile_dir.mkdir(parents=True)
+    command = [*entry.command, *arguments]
+
+    with open_run(
+        cfg, ctx, kind="training", benchmark=bench.name, name=name, params=params, implementation=entry.name
+    ) as run:
+        missing = command_availability(entry.command)
+        if missing:
+            raise TaskFailed(f"training benchmark {entry.name} ({entry.source}): {missing}")
+        log.info("training %s: %s", entry.name, shlex.join(command))
+        stderr_path = workdir / STDERR_ARTIFACT
+        progress_path = workdir / "progress"
+        bar = progress(cfg.steps, f"{bench.name} bs{cfg.batch_size}", quiet=cfg.quiet, unit="step")
+
+        def poll() -> None:
+            try:
+                done = int(progress_path.read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                return
+            bar.update(max(0, min(done, cfg.steps) - bar.n))
+
+        try:
+            result = run_command(
+                command,
+                timeout=cfg.timeout,
+                env={**child_env(run, experiment_id, profile_dir, cfg), ENV_PROGRESS: str(progress_path)},
+                cwd=workdir,
+                stderr_path=stderr_path,
+                on_poll=poll,
+            )
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM: keep what the script said before it was stopped
+            if stderr_path.exists():
+                run.log_artifact(stderr_path)
+            raise
+        finally:
+            bar.close()
+        (workdir / STDOUT_ARTIFACT).write_text(result.stdout, encoding="utf-8")
+        run.log_artifact(stderr_path)
+        run.log_artifact(workdir / STDOUT_ARTIFACT)
+        run.log_metrics({"process_seconds": result.seconds})
+        problem = _failure(result, profile_dir)
+        if problem:
+            tail = "\n".join(result.stderr.strip().splitlines()[-15:])
+            raise TaskFailed(f"training benchmark {entry.name}: {problem}" + (f"\n{tail}" if tail else ""))
+        if not cfg.quiet:
+            print(result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "")
+        print(f"{run.run_name}: MLflow run {run.run_id}, profile in {profile_dir}")
+    return 0
+
+
+def _failure(result: object, profile_dir: Path) -> str:
+    """Why a finished script run does not count: its exit, or a missing profile or MLflow record."""
+    describe = result.describe_failure()  # type: ignore[attr-defined]
+    if describe:
+        return f"the script {describe}"
+    if not (profile_dir / SUMMARY_FILE).exists():
+        return (
+            f"the script ended without writing its profile ({profile_dir / SUMMARY_FILE}); does it wrap each "
+            "batch in dlbench.instrument.op_performance_analysis and run more than profile.warmup batches?"
+        )
+    published = profile_dir / "published.json"
+    if not published.exists():
+        return "the script's instrumentation did not log the profiled batches to MLflow (see stderr.txt)"
+    try:
+        json.loads(published.read_text(encoding="utf-8"))
+    except ValueError:
+        return f"{published} is not valid JSON"
+    return ""

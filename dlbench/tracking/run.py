@@ -1,0 +1,171 @@
+"""A tracked MLflow run as a context manager that always ends with an honest status (FINISHED, FAILED or
+KILLED), batches what it logs under MLflow's per-call limits, and keeps what was logged before a failure."""
+
+from __future__ import annotations
+
+import os
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pandas as pd
+
+from dlbench.tracking.secrets import redact, scrub
+from dlbench.tracking.store import TrackingTarget, mlflow_client, prepare_store, resolve_tracking, with_retry
+
+MAX_PARAMS, MAX_METRICS, MAX_TAGS = 100, 1000, 100
+MAX_PARAM_CHARS = 6000
+PARENT_TAG = "mlflow.parentRunId"
+T = TypeVar("T")
+
+
+def _chunks(items: list[T], size: int) -> Iterable[list[T]]:
+    for start in range(0, len(items), size):
+        yield items[start : start + size]
+
+
+def _param_text(value: object) -> str:
+    text = str(value)
+    return text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 3] + "..."
+
+
+class TrackedRun:
+    """An MLflow run as a context manager. On leaving: FINISHED, or FAILED/KILLED with the error logged
+    as ``error.txt``; the exception propagates. ``attach`` joins an existing run without ending it.
+
+    A run it creates carries the tag ``dlbench.run_id`` and, when ``config_yaml`` is given, the resolved
+    configuration as ``config.yaml``."""
+
+    def __init__(
+        self,
+        target: TrackingTarget,
+        run_name: str = "",
+        params: Mapping[str, object] | None = None,
+        tags: Mapping[str, object] | None = None,
+        parent_run_id: str | None = None,
+        run_id: str | None = None,
+        experiment_id: str | None = None,
+        config_yaml: str = "",
+    ) -> None:
+        self.target = target
+        self.run_name = run_name
+        self._params = dict(params or {})
+        self._tags = dict(tags or {})
+        self.parent_run_id = parent_run_id
+        self.run_id = run_id or ""
+        self._owns = run_id is None
+        self._experiment_id = experiment_id
+        self._config_yaml = config_yaml
+        self.client: Any = None
+        self.status = "RUNNING"
+
+    @classmethod
+    def attach(cls, target: TrackingTarget, run_id: str) -> TrackedRun:
+        run = cls(target, run_id=run_id)
+        run.client = mlflow_client(target)
+        return run
+
+    def __enter__(self) -> TrackedRun:
+        self.client = mlflow_client(self.target)
+        if self._owns:
+            experiment_id = self._experiment_id or prepare_store(self.target)
+            tags = {k: _param_text(v) for k, v in redact(self._tags).items()}
+            if self.parent_run_id:
+                tags[PARENT_TAG] = self.parent_run_id
+            run = with_retry(
+                lambda: self.client.create_run(experiment_id, run_name=scrub(self.run_name) or None, tags=tags),
+                "create run",
+            )
+            self.run_id = run.info.run_id
+            self.set_tags({"dlbench.run_id": self.run_id})
+            if self._config_yaml:
+                self.log_text(self._config_yaml, "config.yaml")
+        if self._params:
+            self.log_params(self._params)
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
+        if exc_type is None:
+            status = "FINISHED"
+        elif issubclass(exc_type, KeyboardInterrupt):
+            status = "KILLED"
+        else:
+            status = "FAILED"
+        if exc is not None:
+            try:
+                self.log_text(f"{exc_type.__name__}: {exc}\n", "error.txt")
+                self.set_tags({"dlbench.error": f"{exc_type.__name__}: {exc}"[:5000]})
+            except Exception:  # noqa: S110 - never mask the original error with a logging failure
+                pass
+        if self._owns:
+            self.end(status)
+
+    def end(self, status: str = "FINISHED") -> None:
+        self.status = status
+        with_retry(lambda: self.client.set_terminated(self.run_id, status=status), "end run")
+
+    def log_params(self, params: Mapping[str, object]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, _param_text(v)) for k, v in redact(params).items()]
+        for chunk in _chunks(items, MAX_PARAMS):
+            with_retry(lambda c=chunk: self.client.log_batch(self.run_id, params=c), "log params")
+
+    def set_tags(self, tags: Mapping[str, object]) -> None:
+        from mlflow.entities import RunTag
+
+        items = [RunTag(k, _param_text(v)) for k, v in redact(tags).items()]
+        for chunk in _chunks(items, MAX_TAGS):
+            with_retry(lambda c=chunk: self.client.log_batch(self.run_id, tags=c), "set tags")
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        self.log_metric_records([(name, float(value), step or 0) for name, value in metrics.items()])
+
+    def log_metric_series(self, name: str, values: Iterable[float], steps: Iterable[int] | None = None) -> None:
+        values = list(values)
+        steps = list(steps) if steps is not None else list(range(len(values)))
+        self.log_metric_records([(name, float(v), int(s)) for v, s in zip(values, steps, strict=True)])
+
+    def log_metric_records(self, records: Iterable[tuple[str, float, int]]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(name, value, now, step) for name, value, step in records if value == value]
+        for chunk in _chunks(items, MAX_METRICS):
+            with_retry(lambda c=chunk: self.client.log_batch(self.run_id, metrics=c), "log metrics")
+
+    def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
+        with_retry(lambda: self.client.log_artifact(self.run_id, str(path), artifact_path), "log artifact")
+
+    def log_text(self, text: str, artifact_file: str) -> None:
+        clean = scrub(text)
+        with_retry(lambda: self.client.log_text(self.run_id, clean, artifact_file), "log text")
+
+    def log_table(self, frame: pd.DataFrame, artifact_file: str) -> None:
+        """A DataFrame as a CSV artifact (big tables go here, not into thousands of metrics)."""
+        with tempfile.TemporaryDirectory() as tmp:
+            path = Path(tmp) / Path(artifact_file).name
+            frame.to_csv(path, index=False)
+            parent = str(Path(artifact_file).parent)
+            self.log_artifact(path, None if parent in ("", ".") else parent)
+
+    def log_figure(self, figure: Any, artifact_file: str) -> None:
+        with_retry(lambda: self.client.log_figure(self.run_id, figure, artifact_file), "log figure")
+
+
+def attach_run_from_env() -> TrackedRun | None:
+    """The run a parent process opened, when this process was started with ``MLFLOW_RUN_ID``."""
+    run_id = os.environ.get("MLFLOW_RUN_ID")
+    if not run_id:
+        return None
+    return TrackedRun.attach(resolve_tracking(), run_id)
+
+
+def child_environment(run: TrackedRun) -> dict[str, str]:
+    """MLflow's own variables that let a child process log into ``run``."""
+    env = {"MLFLOW_RUN_ID": run.run_id, "MLFLOW_TRACKING_URI": run.target.uri}
+    if run.target.experiment:
+        env["MLFLOW_EXPERIMENT_NAME"] = run.target.experiment
+    return env

@@ -1,0 +1,75 @@
+"""The one way a task opens a run: the configured tracking target (store prepared once per process), the run
+name, and the tags every dlbench run carries (system, kind, benchmark, implementation, sweep and job)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dlbench.config import DlbenchConfig
+from dlbench.core.context import AppContext
+from dlbench.tracking.run import TrackedRun
+from dlbench.tracking.store import TrackingTarget, prepare_store, resolve_tracking
+
+_PREPARED: dict[TrackingTarget, str] = {}
+
+
+@dataclass(frozen=True)
+class RunPlace:
+    """Where a task's runs go: the tracking target and the id of its experiment (created if needed)."""
+
+    target: TrackingTarget
+    experiment_id: str
+
+
+def run_place(cfg: DlbenchConfig, ctx: AppContext) -> RunPlace:
+    """The configured target, checked and prepared on first use in this process (later calls reuse it)."""
+    target = resolve_tracking(cfg.mlflow.tracking_uri, cfg.mlflow.experiment, ctx.start_dir)
+    if target not in _PREPARED:
+        _PREPARED[target] = prepare_store(target, cfg.mlflow.connect_timeout_s)
+    return RunPlace(target, _PREPARED[target])
+
+
+def run_tags(ctx: AppContext, kind: str, benchmark: str, implementation: str = "") -> dict[str, str]:
+    """System fingerprint, ``dlbench.kind``/``benchmark``/``implementation``, the sweep and job of a multirun,
+    the command-line overrides, and what the caller's environment adds (an MLflow Project's parent run)."""
+    from dlbench.tracking.system import hardware_tags
+
+    tags = {**hardware_tags(), "dlbench.kind": kind, "dlbench.benchmark": benchmark, **ctx.extra_tags}
+    if implementation:
+        tags["dlbench.implementation"] = implementation
+    if ctx.sweep_id:
+        tags["dlbench.sweep"] = ctx.sweep_id
+        tags["dlbench.job"] = ctx.job
+    if ctx.overrides:
+        tags["dlbench.overrides"] = " ".join(ctx.overrides)
+    return tags
+
+
+def open_run(
+    cfg: DlbenchConfig,
+    ctx: AppContext,
+    *,
+    kind: str,
+    benchmark: str,
+    name: str,
+    params: Mapping[str, object] | None = None,
+    implementation: str = "",
+    tags: Mapping[str, object] | None = None,
+    parent_run_id: str | None = None,
+) -> TrackedRun:
+    """A run of ``kind`` to use as a context manager: it ends FINISHED, or FAILED/KILLED with the error.
+
+    ``name`` is the default run name; ``mlflow.run_name`` replaces it for a top-level run (children of
+    ``parent_run_id`` keep theirs, so they stay apart). The resolved configuration is logged with it."""
+    place = run_place(cfg, ctx)
+    run_name = name if parent_run_id else (cfg.mlflow.run_name or name)
+    return TrackedRun(
+        place.target,
+        run_name,
+        params,
+        {**run_tags(ctx, kind, benchmark, implementation), **(tags or {})},
+        parent_run_id=parent_run_id,
+        experiment_id=place.experiment_id,
+        config_yaml=ctx.config_yaml,
+    )

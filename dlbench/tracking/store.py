@@ -1,0 +1,170 @@
+"""Where runs go (URI and experiment), creating the store once with retries on lock contention, and the
+search and artifact look-ups; with run.py, the only code that talks to MLflow."""
+
+from __future__ import annotations
+
+import logging
+import os
+import random
+import re
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pandas as pd
+
+DEFAULT_EXPERIMENT = "dlbench"
+
+T = TypeVar("T")
+
+
+class TrackingError(RuntimeError):
+    """The tracking server or store cannot be used; the message names the URI."""
+
+
+@dataclass(frozen=True)
+class TrackingTarget:
+    uri: str
+    experiment: str
+
+
+def default_tracking_uri(start_dir: Path | None = None) -> str:
+    return f"sqlite:///{(start_dir or Path.cwd()).resolve() / 'mlflow.db'}"
+
+
+def resolve_tracking(uri: str = "", experiment: str = "", start_dir: Path | None = None) -> TrackingTarget:
+    """Config first, then MLflow's own environment variables, then ``./mlflow.db`` where dlbench started."""
+    resolved_uri = uri or os.environ.get("MLFLOW_TRACKING_URI", "") or default_tracking_uri(start_dir)
+    if resolved_uri.startswith("sqlite:///") and not resolved_uri.startswith("sqlite:////"):
+        relative = resolved_uri[len("sqlite:///") :]
+        resolved_uri = f"sqlite:///{((start_dir or Path.cwd()) / relative).resolve()}"
+    name = experiment or os.environ.get("MLFLOW_EXPERIMENT_NAME", "") or DEFAULT_EXPERIMENT
+    return TrackingTarget(resolved_uri, name)
+
+
+def _is_transient(err: BaseException | str) -> bool:
+    text = str(err).lower()
+    return any(s in text for s in ("database is locked", "database table is locked", "unable to open database"))
+
+
+class _RetriedLockFilter(logging.Filter):
+    """MLflow logs every SQLite lock error with a traceback before raising it; ``with_retry`` retries those
+    (parallel jobs), so the log would only alarm. A lock error that outlasts the retries still propagates."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not _is_transient(record.getMessage())
+
+
+logging.getLogger("mlflow.store.db.utils").addFilter(_RetriedLockFilter())
+
+
+def with_retry(fn: Callable[[], T], what: str, attempts: int = 8) -> T:
+    """Retry ``fn`` with jittered exponential back-off on SQLite lock contention (parallel jobs)."""
+    delay = 0.05
+    for attempt in range(attempts):
+        try:
+            return fn()
+        except Exception as err:
+            if attempt == attempts - 1 or not _is_transient(err):
+                raise
+            time.sleep(delay * (1 + random.random()))  # noqa: S311 - jitter, not cryptography
+            delay = min(delay * 2, 2.0)
+    raise AssertionError("unreachable")
+
+
+def check_reachable(target: TrackingTarget, timeout_s: float = 10.0) -> None:
+    """Fail fast, naming the URI, when a tracking server does not answer or a store path is unusable."""
+    uri = target.uri
+    if uri.startswith(("http://", "https://")):
+        url = uri.rstrip("/") + "/health"
+        try:
+            with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - user's server
+                if response.status >= 400:
+                    raise TrackingError(f"MLflow tracking server {uri} answered {response.status} on /health")
+        except urllib.error.HTTPError as err:
+            raise TrackingError(f"MLflow tracking server {uri} answered HTTP {err.code} on /health") from err
+        except (urllib.error.URLError, OSError, TimeoutError) as err:
+            reason = getattr(err, "reason", err)
+            raise TrackingError(
+                f"cannot reach the MLflow tracking server {uri} within {timeout_s:g} s ({reason}); "
+                "check MLFLOW_TRACKING_URI or mlflow.tracking_uri"
+            ) from None  # the socket traceback says nothing more
+    elif uri.startswith("sqlite:///"):
+        db = Path(uri[len("sqlite:///") :])
+        if not db.parent.is_dir():
+            raise TrackingError(f"tracking store {uri}: folder {db.parent} does not exist")
+    elif "://" in uri and not uri.startswith(("file://", "databricks", "postgresql", "mysql", "mssql")):
+        raise TrackingError(f"tracking URI {uri!r}: unsupported scheme")
+    elif "://" not in uri and (uri.lower().startswith(("http", "sqlite", "postgres")) or re.search(r":\d+", uri)):
+        raise TrackingError(
+            f"tracking URI {uri!r} looks like a misspelt URL (no '://'); use http://HOST:PORT, "
+            "sqlite:///PATH or postgresql://USER@HOST/DB"
+        )
+
+
+def mlflow_client(target: TrackingTarget) -> Any:
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=target.uri)
+
+
+def prepare_store(target: TrackingTarget, timeout_s: float = 10.0) -> str:
+    """Create the store and the experiment once (before parallel jobs start); return the experiment id."""
+    check_reachable(target, timeout_s)
+    client = with_retry(lambda: mlflow_client(target), f"open {target.uri}")
+
+    def get_or_create() -> str:
+        found = client.get_experiment_by_name(target.experiment)
+        if found is not None:
+            if found.lifecycle_stage == "deleted":
+                client.restore_experiment(found.experiment_id)
+            return found.experiment_id
+        try:
+            return client.create_experiment(target.experiment)
+        except Exception:
+            found = client.get_experiment_by_name(target.experiment)  # another job created it first
+            if found is None:
+                raise
+            return found.experiment_id
+
+    try:
+        return with_retry(get_or_create, f"experiment {target.experiment}")
+    except TrackingError:
+        raise
+    except Exception as err:
+        raise TrackingError(f"tracking store {target.uri}: {type(err).__name__}: {err}") from err
+
+
+def run_experiment_name(target: TrackingTarget, run_id: str) -> str:
+    """The name of the experiment ``run_id`` belongs to (an MLflow Project's run, for its child runs)."""
+    try:
+        client = mlflow_client(target)
+        run = with_retry(lambda: client.get_run(run_id), f"run {run_id}")
+        return with_retry(lambda: client.get_experiment(run.info.experiment_id), "experiment").name
+    except Exception as err:
+        raise TrackingError(f"tracking store {target.uri}: cannot read run {run_id}: {err}") from err
+
+
+def search_runs(
+    target: TrackingTarget, filter_string: str = "", experiments: Iterable[str] | None = None, max_results: int = 5000
+) -> pd.DataFrame:
+    """Runs as a DataFrame (``params.*``, ``metrics.*``, ``tags.*`` columns), through MLflow's search API."""
+    import mlflow
+
+    mlflow.set_tracking_uri(target.uri)
+    names = list(experiments) if experiments else [target.experiment]
+    return mlflow.search_runs(
+        experiment_names=names, filter_string=filter_string, max_results=max_results, output_format="pandas"
+    )
+
+
+def download_artifact(target: TrackingTarget, run_id: str, path: str, dst: Path) -> Path:
+    return Path(mlflow_client(target).download_artifacts(run_id, path, str(dst)))
+
+
+def get_run(target: TrackingTarget, run_id: str) -> Any:
+    return mlflow_client(target).get_run(run_id)

@@ -1,0 +1,1 @@
+"""Instrumented training: the context manager, profiler events -> tables, publishing, running scripts."""
