@@ -13,10 +13,12 @@ from helpers import FAST, REPO, Store, artifact_text, mlflow_runs, run_dlbench
 from mlflow.tracking import MlflowClient
 
 from dlbench.config import DlbenchConfig
-from dlbench.protocol import run_command
-from dlbench.registry import TrainingBenchmark, load_registry
-from dlbench.tracking import TrackedRun, TrackingTarget, prepare_store, scrub
-from dlbench.training import resolve_parameters
+from dlbench.core.process import run_command
+from dlbench.operators.registry import TrainingBenchmark, load_registry
+from dlbench.tracking.run import TrackedRun
+from dlbench.tracking.secrets import scrub
+from dlbench.tracking.store import TrackingTarget, prepare_store
+from dlbench.training.scripts import resolve_parameters
 
 SOURCES = sorted([*(REPO / "dlbench").rglob("*.py"), *(REPO / "TrainingBenchmarks").rglob("*.py")])
 FORBIDDEN = {
@@ -110,7 +112,7 @@ def test_training_parameters_are_split_into_words_and_never_reach_a_shell(tmp_pa
 
 
 def test_the_shipped_training_entries_split_parameters_with_shlex() -> None:
-    source = (REPO / "dlbench" / "training.py").read_text()
+    source = (REPO / "dlbench" / "training" / "scripts.py").read_text()
     assert "shlex.split(" in source
     for entry in load_registry().trainings:
         cfg = DlbenchConfig(task="list")

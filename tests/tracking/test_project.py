@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from helpers import REPO, Store, artifact_text, clean_env, mlflow_runs
 
-from dlbench.mlproject import ParameterError, hydra_arguments
+from dlbench.tracking.project import ParameterError, hydra_arguments
 
 
 def test_sweep_parameters_become_a_multirun_with_the_overrides_split_like_a_shell() -> None:
@@ -61,7 +61,7 @@ def test_mlproject_commands_reach_dlbench_with_each_parameter_intact(entry_point
         .compute_command({"benchmark": "relu", "overrides": overrides}, None)
     )
     argv = shlex.split(command)  # what the shell MLflow starts hands to python
-    assert argv[:3] == ["python", "-m", "dlbench.mlproject"]
+    assert argv[:3] == ["python", "-m", "dlbench.tracking.project"]
     entry, arguments = hydra_arguments(argv[3:])
     assert entry == entry_point and "+benchmark=relu" in arguments
     assert arguments[-3:] == ["measure.min_reps=3", "mlflow.run_name=two words", "mlflow.experiment=$(id)"]

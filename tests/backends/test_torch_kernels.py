@@ -11,9 +11,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from dlbench.backends import torch_kernels as tk
-from dlbench.ops import DESCRIPTORS
-from dlbench.protocol import parse_output, write_input
+from dlbench.backends.torch import kernels as tk
+from dlbench.core.descriptors import DESCRIPTORS
+from dlbench.operators.protocol import parse_output, write_input
 
 CPU, F32 = torch.device("cpu"), torch.float32
 
@@ -126,7 +126,7 @@ def run_kernel(op_type: str, rows: list[tuple[int, list[float]]], tmp_path: Path
         "DLBENCH_THREADS": "1",
     }
     done = subprocess.run(
-        [sys.executable, "-m", "dlbench.backends.torch_kernels", op_type, str(path)],
+        [sys.executable, "-m", "dlbench.backends.torch", op_type, str(path)],
         env=env,
         capture_output=True,
         text=True,
@@ -162,7 +162,7 @@ def test_wrong_parameter_count_is_reported_per_row(tmp_path: Path) -> None:
 
 def test_usage_error_for_unknown_operator(tmp_path: Path) -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "dlbench.backends.torch_kernels", "Dance", "x.csv"],
+        [sys.executable, "-m", "dlbench.backends.torch", "Dance", "x.csv"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from dlbench import CONF_DIR, PROJECT_ROOT
-from dlbench.registry import RegistryError, load_registry, resolve_command
+from dlbench.operators.registry import RegistryError, load_registry, resolve_command
 
 
 def write_entry(directory: Path, name: str, body: str) -> Path:

@@ -11,10 +11,10 @@ import torch
 from omegaconf import OmegaConf
 from onnx_models import exported
 
-from dlbench.extract import extract_operations
-from dlbench.model import Operation
-from dlbench.opdb import deduplicate
-from dlbench.unfold import DEFAULT_TABLE, UnfoldError, load_table, unfold_operations
+from dlbench.core.values import Operation
+from dlbench.onnx.extract import extract_operations
+from dlbench.onnx.opdb import deduplicate
+from dlbench.onnx.unfold import DEFAULT_TABLE, UnfoldError, load_table, unfold_operations
 
 
 def gemm(m: int, k: int, n: int, trans_a: int, trans_b: int, batch: int = 1, op_type: str = "Gemm") -> Operation:

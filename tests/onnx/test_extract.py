@@ -13,8 +13,9 @@ from onnx import helper
 from onnx_models import export, exported
 from torch import nn
 
-from dlbench.extract import ExtractionError, extract_operations
-from dlbench.opdb import deduplicate
+from dlbench.onnx.errors import ExtractionError
+from dlbench.onnx.extract import extract_operations
+from dlbench.onnx.opdb import deduplicate
 
 BATCH = 32
 
@@ -409,15 +410,15 @@ def test_auto_pad_same_upper_becomes_explicit_pads(tmp_path: Path):
 
 
 def test_symbolic_inference_of_onnxruntime_resolves_what_onnx_leaves_open():
-    from dlbench import extract as extraction_module
+    from dlbench.onnx import dims, infer, load
 
-    model, _ = extraction_module.load_model(exported("encoder"))
-    light, weights = extraction_module._light_model(model)
-    extraction_module._set_batch(light, BATCH, exported("encoder"), weights)
+    model, _ = load.load_model(exported("encoder"))
+    light, weights = load.light_model(model)
+    dims.set_batch(light, BATCH, exported("encoder"), weights)
     inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
-    assert extraction_module._value_shapes(inferred.graph)["/Reshape_output_0"] is None
+    assert infer._value_shapes(inferred.graph)["/Reshape_output_0"] is None
     notes: list[str] = []
-    symbolic = extraction_module._symbolic_shapes(inferred, notes)
+    symbolic = infer._symbolic_shapes(inferred, notes)
     assert notes == [] and symbolic["/Reshape_output_0"] == (BATCH, 16, 4, 16)
 
 

@@ -13,7 +13,7 @@ from omegaconf.errors import ConfigKeyError, ValidationError
 
 from dlbench import CONF_DIR
 from dlbench.config import DlbenchConfig, register_configs
-from dlbench.workload import operations_from_benchmark
+from dlbench.operators.workload import operations_from_benchmark
 
 BENCHMARKS = sorted(p.stem for p in (CONF_DIR / "benchmark").glob("*.yaml"))
 

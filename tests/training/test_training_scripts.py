@@ -13,7 +13,7 @@ import onnx
 import pytest
 
 from dlbench import PROJECT_ROOT
-from dlbench.instrument import read_profile
+from dlbench.training.profile import read_profile
 
 SCRIPTS = PROJECT_ROOT / "TrainingBenchmarks"
 

@@ -15,12 +15,13 @@ from mlflow.tracking import MlflowClient
 from onnx_models import exported
 
 from dlbench import CONF_DIR
-from dlbench.app import AppContext, TaskFailed
 from dlbench.config import DlbenchConfig, MlflowConfig
-from dlbench.extract import extract_operations
-from dlbench.opdb import deduplicate, read_operations
+from dlbench.core.context import AppContext
+from dlbench.core.errors import TaskFailed
+from dlbench.onnx.extract import extract_operations
+from dlbench.onnx.opdb import deduplicate, read_operations
+from dlbench.onnx.unfold import load_table
 from dlbench.tasks.benchmark_model import EXTRACTION_RUN_TAG, benchmark_model
-from dlbench.unfold import load_table
 
 GEMM = ("M", "K", "N", "transA", "transB", "batch")
 

@@ -8,17 +8,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from dlbench import instrument
-from dlbench.instrument import (
-    BATCH_COLUMNS,
-    PROFILE_COLUMNS,
-    SUMMARY_FILE,
+from dlbench.training import instrument
+from dlbench.training.instrument import (
     ProfileSession,
     ProfileSettings,
     op_performance_analysis,
     op_performance_analysis_cpu,
-    read_profile,
 )
+from dlbench.training.profile import BATCH_COLUMNS, PROFILE_COLUMNS, SUMMARY_FILE, operator_rows, read_profile
 
 
 class SmallNet(torch.nn.Module):
@@ -244,7 +241,7 @@ def test_operator_table_agrees_with_torch_key_averages():
         torch.nn.functional.cross_entropy(model(inputs), targets).backward()
         optimizer.step()
 
-    ours = {(row[1], row[2]): row for row in instrument.operator_rows(profiler, batch_idx=0)}
+    ours = {(row[1], row[2]): row for row in operator_rows(profiler, batch_idx=0)}
     reference = {
         (e.key, json.dumps(e.input_shapes, separators=(",", ":"))): e
         for e in profiler.key_averages(group_by_input_shape=True)

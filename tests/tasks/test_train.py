@@ -11,10 +11,10 @@ import pytest
 from helpers import REPO, Store, artifact_text, mlflow_runs, run_dlbench
 from mlflow.tracking import MlflowClient
 
-from dlbench.app import TaskFailed
 from dlbench.config import DlbenchConfig
-from dlbench.registry import TrainingBenchmark
-from dlbench.training import resolve_parameters
+from dlbench.core.errors import TaskFailed
+from dlbench.operators.registry import TrainingBenchmark
+from dlbench.training.scripts import resolve_parameters
 
 CRASHING_SCRIPT = """\
 import sys
@@ -71,6 +71,7 @@ def script_conf(conf: Path, name: str, source: str) -> Path:
     return write_training(conf, name, f"[python, {script}]", "--steps ${steps}")
 
 
+@pytest.mark.slow
 def test_training_run_logs_steps_and_one_child_run_per_profiled_batch(tmp_path: Path, store: Store):
     conf = tiny_mlp_conf(tmp_path / "conf")
     overrides = ["+benchmark=tiny_mlp", "batch_size=4", "steps=6", "lr=0.1", "profile.warmup=2", "profile.batches=3"]
@@ -114,6 +115,7 @@ def test_training_run_logs_steps_and_one_child_run_per_profiled_batch(tmp_path: 
         assert files == {f"profile/batch_{batch}_ops.csv", f"profile/batch_{batch}_trace.json"}
 
 
+@pytest.mark.slow
 def test_crashing_script_ends_the_run_failed_with_its_stderr(tmp_path: Path, store: Store):
     conf = script_conf(tmp_path / "conf", "crashy", CRASHING_SCRIPT)
     result = run_dlbench("+benchmark=crashy", "steps=10", "--config-dir", str(conf), cwd=tmp_path, store=store)

@@ -9,13 +9,16 @@ import pandas as pd
 import pytest
 from helpers import Store, mlflow_runs, run_dlbench
 
-from dlbench.results import add_roofline_columns
-from dlbench.roofline import Roofline, attach_roofline, latest_roofline
-from dlbench.tracking import TrackedRun, TrackingTarget
+from dlbench.analysis.results import add_roofline_columns
+from dlbench.analysis.roofline import attach_roofline, latest_roofline
+from dlbench.core.roofline import Roofline
+from dlbench.tracking.run import TrackedRun
+from dlbench.tracking.store import TrackingTarget
 
 TINY = ("roofline.gemm_size=64", "roofline.stream_mib=1", "roofline.min_time_s=0", "roofline.min_reps=2")
 
 
+@pytest.mark.slow
 def test_roofline_run_logs_peaks_bandwidth_and_hardware_tags(tmp_path: Path, store: Store):
     result = run_dlbench("+benchmark=roofline", *TINY, cwd=tmp_path, store=store)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -60,7 +63,7 @@ def test_roofline_columns_bound_each_operation_by_compute_or_bandwidth():
 
 
 def test_a_sweep_on_a_system_with_a_roofline_gets_its_columns_and_plot(tmp_path: Path, store: Store):
-    from dlbench.system import hardware_tags
+    from dlbench.tracking.system import hardware_tags
 
     target = TrackingTarget(store.uri, store.experiment)
     system = hardware_tags()["system.id"]

@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from onnx_models import exported
 
-from dlbench.extract import extract_operations
-from dlbench.model import Operation
-from dlbench.opdb import (
+from dlbench.core.values import Operation
+from dlbench.onnx.extract import extract_operations
+from dlbench.onnx.opdb import (
     OperationDatabaseError,
     deduplicate,
     frame_operations,
@@ -20,7 +20,7 @@ from dlbench.opdb import (
     summary_table,
     write_csv,
 )
-from dlbench.unfold import load_table, unfold_operations
+from dlbench.onnx.unfold import load_table, unfold_operations
 
 
 def relu(op_id: int, node: str, width: int = 8) -> Operation:

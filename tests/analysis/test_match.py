@@ -10,10 +10,17 @@ import pytest
 import torch
 from torch import nn
 
-from dlbench.instrument import ProfileSession, ProfileSettings
-from dlbench.match import MatchError, load_table, match_profile, parse_table, profile_from_batches, profile_per_step
-from dlbench.model import Operation
-from dlbench.ops import CONV, GEMM
+from dlbench.analysis.match import (
+    MatchError,
+    load_table,
+    match_profile,
+    parse_table,
+    profile_from_batches,
+    profile_per_step,
+)
+from dlbench.core.descriptors import CONV, GEMM
+from dlbench.core.values import Operation
+from dlbench.training.instrument import ProfileSession, ProfileSettings
 
 
 def conv_op(op_id: int, mode: int = 0, count: int = 1, n: int = 2) -> Operation:
@@ -170,11 +177,11 @@ def profile_and_export(tmp_path: Path) -> tuple[Path, Path]:
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_real_profile_of_a_tiny_network_matches_its_compute_operators(tmp_path: Path):
-    from dlbench.extract import extract_operations
-    from dlbench.opdb import deduplicate
-    from dlbench.predict import graph_facts, training_step
-    from dlbench.unfold import load_table as load_unfold_table
-    from dlbench.unfold import unfold_operations
+    from dlbench.onnx.extract import extract_operations
+    from dlbench.onnx.opdb import deduplicate
+    from dlbench.onnx.step import graph_facts, training_step
+    from dlbench.onnx.unfold import load_table as load_unfold_table
+    from dlbench.onnx.unfold import unfold_operations
 
     profile_dir, onnx_path = profile_and_export(tmp_path)
     extraction = extract_operations(onnx_path, 4)

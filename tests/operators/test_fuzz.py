@@ -11,9 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from dlbench.align import AlignmentError, Permutation, PermutationError, align_operation
-from dlbench.model import TIME_UNITS_TO_MS, Operation, TimeStats
-from dlbench.protocol import ProtocolError, parse_output, read_input, write_input, write_output
+from dlbench.core.values import TIME_UNITS_TO_MS, Operation, TimeStats
+from dlbench.operators.align import AlignmentError, Permutation, PermutationError, align_operation
+from dlbench.operators.protocol import ProtocolError, parse_output, read_input, write_input, write_output
 
 #: Example counts, chosen so the whole file runs in well under 20 s on a busy 2-core machine.
 ROUND_TRIPS = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])

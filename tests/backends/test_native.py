@@ -10,15 +10,15 @@ from pathlib import Path
 
 import pytest
 
-from dlbench.model import Operation
-from dlbench.ops import DESCRIPTORS
-from dlbench.protocol import parse_output, write_input
-from dlbench.registry import load_registry
-from dlbench.runner import RunSettings, measure_operations
+from dlbench.core.descriptors import DESCRIPTORS
+from dlbench.core.values import Operation
+from dlbench.operators.protocol import parse_output, write_input
+from dlbench.operators.registry import load_registry
+from dlbench.operators.runner import RunSettings, measure_operations
 
 pytestmark = pytest.mark.native
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 NATIVE = REPO / "native"
 BUILD = NATIVE / "build"
 BIN = BUILD / "bin"

@@ -10,21 +10,20 @@ import pytest
 import torch
 from torch import nn
 
-from dlbench.extract import extract_operations
-from dlbench.match import load_table, match_profile
-from dlbench.model import Measurement, TimeStats
-from dlbench.opdb import deduplicate
-from dlbench.predict import (
-    graph_facts,
+from dlbench.analysis.match import load_table, match_profile
+from dlbench.analysis.predict import (
     measured_step_ms,
     op_type_frame,
     prediction_frame,
     prediction_metrics,
     time_breakdown,
-    training_step,
 )
-from dlbench.unfold import load_table as load_unfold_table
-from dlbench.unfold import unfold_operations
+from dlbench.core.values import Measurement, TimeStats
+from dlbench.onnx.extract import extract_operations
+from dlbench.onnx.opdb import deduplicate
+from dlbench.onnx.step import graph_facts, training_step
+from dlbench.onnx.unfold import load_table as load_unfold_table
+from dlbench.onnx.unfold import unfold_operations
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
@@ -153,16 +152,17 @@ def test_prediction_sums_benchmark_time_times_occurrences_and_reports_shares(tmp
     assert math.isclose(breakdown.loc["Gemm forward", "share_pct"], 100 * 2.0 / profiled_ms)
 
 
-def test_builtin_sgd_benchmark_times_the_in_place_update_per_shape(tmp_path: Path):
-    from dlbench.evaluate import builtin_sgd_benchmark
-    from dlbench.model import Operation
-    from dlbench.runner import RunSettings, measure_operations
+def test_the_registered_sgd_benchmark_times_the_in_place_update_per_shape(tmp_path: Path):
+    from dlbench.core.values import Operation
+    from dlbench.operators.registry import load_registry
+    from dlbench.operators.runner import RunSettings, measure_operations
+    from dlbench.tasks.evaluate import optimizer_benchmark
 
     ops = [
         Operation(0, "SGD", (("N", 1), ("C", 1), ("H", 64), ("W", 32))),
         Operation(1, "SGD", (("N", 1), ("C", 1), ("H", 0), ("W", 32))),
     ]
     settings = RunSettings(warmup=1, min_reps=2, min_time_s=0, threads=1)
-    result, _ = measure_operations(builtin_sgd_benchmark(), ops, settings, tmp_path)
+    result, _ = measure_operations(optimizer_benchmark(load_registry(), "cpu"), ops, settings, tmp_path)
     assert result.measurements[0].ok and result.measurements[0].stats.median_ms > 0
     assert not result.measurements[1].ok and "id 1: SGD cannot run: H=0.0 must be >= 1" in result.measurements[1].error

@@ -10,8 +10,9 @@ import pandas as pd
 import pytest
 from helpers import FAST, Store, artifact_text, mlflow_runs, run_dlbench
 
-from dlbench.compare import evaluation_totals, implementations_side_by_side, results_in_ms
-from dlbench.tracking import TrackedRun, TrackingTarget
+from dlbench.analysis.compare import evaluation_totals, implementations_side_by_side, results_in_ms
+from dlbench.tracking.run import TrackedRun
+from dlbench.tracking.store import TrackingTarget
 
 
 def table(store: Store, run_id: str, name: str) -> pd.DataFrame:

@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from dlbench.model import TimeStats
-from dlbench.protocol import (
+from dlbench.core.process import run_command
+from dlbench.core.values import TimeStats
+from dlbench.operators.protocol import (
     ProtocolError,
     output_path_for,
     parse_output,
     read_input,
-    run_command,
     write_input,
     write_output,
 )

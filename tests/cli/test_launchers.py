@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from helpers import FAST, Store, mlflow_runs, run_dlbench
 
-from dlbench.hydra_callbacks import available_cores, exclusive_cores, threads_per_job
+from dlbench.core.affinity import available_cores, exclusive_cores, threads_per_job
 
 
 def test_jobs_running_at_once_get_distinct_core_blocks_and_the_affinity_is_restored(tmp_path: Path) -> None:

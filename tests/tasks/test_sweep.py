@@ -53,6 +53,7 @@ def test_default_store_is_mlflow_db_in_the_start_directory(tmp_path: Path) -> No
     assert not (tmp_path / "outputs").exists()
 
 
+@pytest.mark.slow
 def test_multirun_over_batch_size_gives_one_run_per_value_sharing_a_sweep_tag(tmp_path: Path, store: Store) -> None:
     result = run_dlbench("-m", "+benchmark=softmax", "batch_size=1,2,3", *FAST, cwd=tmp_path, store=store)
     assert result.returncode == 0, result.stderr

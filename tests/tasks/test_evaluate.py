@@ -32,6 +32,7 @@ def table(store: Store, run_id: str, name: str) -> pd.DataFrame:
 
 
 # ~16 s on a lightly loaded 2-core machine (five processes import torch), over a minute when it is busy
+@pytest.mark.slow
 def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_path: Path, store: Store):
     conf = small_mlp_config(tmp_path / "conf")
     result = run_dlbench(

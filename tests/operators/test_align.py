@@ -6,8 +6,8 @@ import logging
 
 import pytest
 
-from dlbench.align import AlignmentError, Permutation, PermutationError, align_operation, parse_param_descr
-from dlbench.model import Operation
+from dlbench.core.values import Operation
+from dlbench.operators.align import AlignmentError, Permutation, PermutationError, align_operation, parse_param_descr
 
 
 def op(params, shapes=()) -> Operation:

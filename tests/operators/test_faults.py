@@ -15,10 +15,11 @@ from helpers import FAST, Store, artifact_text, live_processes_with, mlflow_runs
 from mlflow.tracking import MlflowClient
 
 from dlbench.backends.timing import TimingSettings, time_repeated
-from dlbench.model import Operation
-from dlbench.protocol import MAX_OUTPUT_BYTES, run_command
-from dlbench.registry import OperatorBenchmark, load_registry
-from dlbench.runner import RunSettings, measure_operations
+from dlbench.core.process import run_command
+from dlbench.core.values import Operation
+from dlbench.operators.protocol import MAX_OUTPUT_BYTES
+from dlbench.operators.registry import OperatorBenchmark, load_registry
+from dlbench.operators.runner import RunSettings, measure_operations
 
 QUICK = RunSettings(warmup=0, min_reps=1, max_reps=2, min_time_s=0.0, threads=1, timeout_s=60)
 
