@@ -6,7 +6,7 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,7 @@ class Extraction:
     notes: tuple[str, ...] = ()
     constant_nodes: int = 0
     constant_names: tuple[str, ...] = ()
+    constant_counts: Mapping[str, int] = field(default_factory=dict)  # op_type -> constant nodes of it
     dims: tuple[tuple[str, int], ...] = ()  # every symbolic input dimension set, the batch names included
     rebatched_from: int | None = None  # the model's fixed batch, when it was changed to batch_size
 
@@ -183,12 +184,14 @@ def extract_operations(
     records: list[NodeRecord] = []
     skipped: list[SkippedNode] = []
     constant_names: list[str] = []
+    constant_counts: Counter[str] = Counter()
     counts: Counter[str] = Counter()
     for index, node in enumerate(graph.node):
         counts[node.op_type] += 1
         name = node.name or f"{node.op_type}_{index}"
         if index in constant_nodes:
             constant_names.append(name)
+            constant_counts[node.op_type] += 1
             continue
         kind, reason = classify_node(node, [types.get(i) for i in node.input], values)
         in_shapes = tuple(shapes.get(i) if i else None for i in node.input)
@@ -235,6 +238,7 @@ def extract_operations(
         notes=tuple(notes),
         constant_nodes=len(constant_names),
         constant_names=tuple(constant_names),
+        constant_counts=dict(constant_counts),
         dims=tuple(sorted(dimensions.values.items())),
         rebatched_from=rebatched_from,
     )
