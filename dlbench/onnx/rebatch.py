@@ -59,6 +59,14 @@ def _status(ref: Shape | None, new: Shape | None, old_batch: int, new_batch: int
     return "wrong", -1
 
 
+def _reshaped_batch_axis(ref_in: Shape, axis: int, ref_out: Shape) -> int | None:
+    """Where a Reshape puts the batch. Row-major: the batch block of the input starts after
+    prod(ref_in[:axis]) elements; the output dimension starting at the same offset is the batch's (the
+    outermost one, where unit dimensions tie). None when no output dimension starts there."""
+    prefix = math.prod(ref_in[:axis])
+    return next((j for j in range(len(ref_out)) if math.prod(ref_out[:j]) == prefix), None)
+
+
 def _literal(graph: Any, name: str) -> tuple[int, ...] | None:
     """The values of a shape constant stored in the model (initializer or Constant node), else None."""
     import onnx.numpy_helper
@@ -105,6 +113,15 @@ def _first_problem(
                 )
         scaled_in = [t for t in ins if statuses[t][0] == "scaled"]
         same_out = [t for t in outs if statuses[t][0] == "same"]
+        if node.op_type == "Reshape" and scaled_in and scaled_in[0] == node.input[0] and outs:
+            expected = _reshaped_batch_axis(ref[node.input[0]], statuses[node.input[0]][1], ref[outs[0]] or ())
+            status, axis = statuses[outs[0]]
+            if status == "scaled" and axis != expected:
+                return _Problem(
+                    index,
+                    f"node {name!r} (Reshape): the batch moves from dimension {statuses[node.input[0]][1]} of "
+                    f"{show(new.get(node.input[0]))} into dimension {axis} of {show(new.get(outs[0]))}",
+                )
         if scaled_in and same_out and node.op_type not in SHAPE_READERS:
             return _Problem(
                 index,
@@ -136,18 +153,10 @@ def _fixed_shape(
         return None
     target = list(values)
     if node.op_type == "Reshape":
-        # Row-major: the batch block of the input starts after prod(ref_in[:axis]) elements; the output
-        # dimension starting at the same offset is the batch's (the outermost one, where unit dims tie).
-        prefix = math.prod(ref_in[:axis])
-        for j in range(len(ref_out)):
-            if math.prod(ref_out[:j]) != prefix:
-                continue
-            if values[j] <= 0 or (ref_out[j] * new_batch) % old_batch:
-                return None
-            target[j] = ref_out[j] * new_batch // old_batch
-            break
-        else:
+        j = _reshaped_batch_axis(ref_in, axis, ref_out)
+        if j is None or values[j] <= 0 or (ref_out[j] * new_batch) % old_batch:
             return None
+        target[j] = ref_out[j] * new_batch // old_batch
     else:  # Expand: broadcasting aligns dimensions from the right
         j = axis + len(ref_out) - len(ref_in)
         if j < 0 or values[j] == 1 or values[j] != ref_out[j] or (ref_out[j] * new_batch) % old_batch:
