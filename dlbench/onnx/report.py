@@ -139,6 +139,12 @@ def print_extraction(extraction: Extraction, frame: pd.DataFrame) -> None:
         f"{len(extraction.compute_nodes)} operators), {len(frame)} distinct operations"
     )
     print(summary_table(frame))
+    if extraction.layout_nodes:
+        layout = Counter(n.op_type for n in extraction.layout_nodes)
+        reasons = {n.op_type: n.reason for n in extraction.layout_nodes}
+        print(f"\n{len(extraction.layout_nodes)} layout-only nodes, cost 0 (layout_nodes.csv lists them):")
+        for op_type, count in layout.most_common():
+            print(f"  {op_type:12s} {count:5d}  {reasons[op_type]}")
     if extraction.skipped:
         print(f"\n{len(extraction.skipped)} nodes not extracted:")
         for skipped in extraction.skipped:
