@@ -20,6 +20,8 @@ from dlbench.onnx.load import light_model, load_model
 
 #: Ops whose output is a tensor's metadata: it keeps its shape while the batch changes its values.
 SHAPE_READERS = frozenset({"Shape", "Size"})
+#: Outputs that are per-channel statistics and keep their shape whatever the batch (by op type, index).
+STATISTICS = {"BatchNormalization": frozenset({1, 2, 3, 4})}
 #: Ops whose shape input is rewritten when it carries the batch (Tile repeats and ConstantOfShape shapes
 #: on the activation path are computed from the data, so they follow by themselves).
 REWRITTEN = frozenset({"Reshape", "Expand"})
@@ -41,6 +43,7 @@ class ShapeRewrite:
 class _Problem:
     index: int
     message: str
+    axis: int | None = None  # a Reshape's output dimension that must carry the batch
 
 
 def _status(ref: Shape | None, new: Shape | None, old_batch: int, new_batch: int) -> tuple[str, int]:
@@ -59,12 +62,16 @@ def _status(ref: Shape | None, new: Shape | None, old_batch: int, new_batch: int
     return "wrong", -1
 
 
-def _reshaped_batch_axis(ref_in: Shape, axis: int, ref_out: Shape) -> int | None:
-    """Where a Reshape puts the batch. Row-major: the batch block of the input starts after
-    prod(ref_in[:axis]) elements; the output dimension starting at the same offset is the batch's (the
-    outermost one, where unit dimensions tie). None when no output dimension starts there."""
-    prefix = math.prod(ref_in[:axis])
-    return next((j for j in range(len(ref_out)) if math.prod(ref_out[:j]) == prefix), None)
+def _reshaped_batch_axis(stride: int, old_batch: int, ref_out: Shape) -> int | None:
+    """The output dimension of a Reshape that holds the batch. Row-major, one batch step is ``stride``
+    elements apart whatever the shape: the batch lies in dimension j when the dimensions after j cover a
+    divisor of the stride and those from j on a multiple of stride x batch (so ``[seq, batch, d] ->
+    [seq * batch, d]`` and ``[batch * heads, s, d] -> [batch, heads, s, d]`` both follow). The outermost such
+    j where unit dimensions tie; None when the batch would be split across dimensions."""
+    for j in range(len(ref_out)):
+        if stride % math.prod(ref_out[j + 1 :]) == 0 and math.prod(ref_out[j:]) % (stride * old_batch) == 0:
+            return j
+    return None
 
 
 def _literal(graph: Any, name: str) -> tuple[int, ...] | None:
@@ -84,6 +91,10 @@ def _literal(graph: Any, name: str) -> tuple[int, ...] | None:
     return None
 
 
+def _show(shape: Shape | None) -> str:
+    return "unknown" if shape is None else str(list(shape))
+
+
 def _first_problem(
     graph: Any,
     constant_nodes: set[int],
@@ -93,9 +104,10 @@ def _first_problem(
     old_batch: int,
     new_batch: int,
 ) -> _Problem | None:
-    def show(shape: Shape | None) -> str:
-        return "unknown" if shape is None else str(list(shape))
-
+    """The first node (graph order) whose shapes do not follow the batch. Along the way each scaled tensor's
+    ``inner`` factor is tracked: how many elements of its batch dimension one batch step spans (1 unless a
+    Reshape merged the batch with dimensions after it, e.g. batch x heads)."""
+    inner: dict[str, int] = {}
     for index, node in enumerate(graph.node):
         if index in constant_nodes:
             continue
@@ -107,34 +119,48 @@ def _first_problem(
             if status in ("open", "wrong"):
                 return _Problem(
                     index,
-                    f"node {name!r} ({node.op_type}): tensor {tensor!r} has shape {show(new.get(tensor))} at batch "
-                    f"{new_batch} where batch {old_batch} gives {show(ref.get(tensor))}, which is not the batch "
+                    f"node {name!r} ({node.op_type}): tensor {tensor!r} has shape {_show(new.get(tensor))} at batch "
+                    f"{new_batch} where batch {old_batch} gives {_show(ref.get(tensor))}, which is not the batch "
                     "dimension scaled",
                 )
         scaled_in = [t for t in ins if statuses[t][0] == "scaled"]
-        same_out = [t for t in outs if statuses[t][0] == "same"]
-        if node.op_type == "Reshape" and scaled_in and scaled_in[0] == node.input[0] and outs:
-            expected = _reshaped_batch_axis(ref[node.input[0]], statuses[node.input[0]][1], ref[outs[0]] or ())
-            status, axis = statuses[outs[0]]
-            if status == "scaled" and axis != expected:
+        statistics = STATISTICS.get(node.op_type, frozenset())
+        same_out = [t for k, t in enumerate(node.output) if t and k not in statistics and statuses[t][0] == "same"]
+        factor = inner.get(scaled_in[0], 1) if scaled_in else 1
+        reshaping = node.op_type == "Reshape" and scaled_in and scaled_in[0] == node.input[0] and outs
+        if reshaping and statuses[outs[0]][0] != "unknown":
+            ref_in, axis = ref[node.input[0]], statuses[node.input[0]][1]
+            assert ref_in is not None  # scaled implies known
+            stride = factor * math.prod(ref_in[axis + 1 :])
+            expected = _reshaped_batch_axis(stride, old_batch, ref[outs[0]] or ())
+            status, out_axis = statuses[outs[0]]
+            if expected is None or status != "scaled" or out_axis != expected:
+                where = "is split across dimensions" if expected is None else f"belongs in dimension {expected}"
                 return _Problem(
                     index,
-                    f"node {name!r} (Reshape): the batch moves from dimension {statuses[node.input[0]][1]} of "
-                    f"{show(new.get(node.input[0]))} into dimension {axis} of {show(new.get(outs[0]))}",
+                    f"node {name!r} (Reshape): the batch of input {node.input[0]!r} ({_show(ref_in)} -> "
+                    f"{_show(new.get(node.input[0]))}) {where} of the output, which is {_show(new.get(outs[0]))}",
+                    expected,
                 )
+            inner[outs[0]] = stride // math.prod((ref[outs[0]] or ())[expected + 1 :])
+            continue
         if scaled_in and same_out and node.op_type not in SHAPE_READERS:
             return _Problem(
                 index,
                 f"node {name!r} ({node.op_type}): input {scaled_in[0]!r} changes with the batch "
-                f"({show(ref.get(scaled_in[0]))} -> {show(new.get(scaled_in[0]))}) but output {same_out[0]!r} "
-                f"keeps shape {show(new.get(same_out[0]))}",
+                f"({_show(ref.get(scaled_in[0]))} -> {_show(new.get(scaled_in[0]))}) but output {same_out[0]!r} "
+                f"keeps shape {_show(new.get(same_out[0]))}",
             )
+        for out in outs:
+            if statuses[out][0] == "scaled":
+                inner[out] = factor
     return None
 
 
 def _fixed_shape(
     node: Any,
     graph: Any,
+    problem: _Problem,
     ref: Mapping[str, Shape | None],
     new: Mapping[str, Shape | None],
     old_batch: int,
@@ -151,17 +177,14 @@ def _fixed_shape(
     status, axis = _status(ref_in, new_in, old_batch, new_batch)
     if status != "scaled":
         return None
+    # Reshape: the dimension the batch belongs in; Expand: broadcasting aligns dimensions from the right
+    j = problem.axis if node.op_type == "Reshape" else axis + len(ref_out) - len(ref_in)
+    if j is None or j < 0 or values[j] <= 0 or (ref_out[j] * new_batch) % old_batch:
+        return None
+    if node.op_type == "Expand" and (values[j] == 1 or values[j] != ref_out[j]):
+        return None
     target = list(values)
-    if node.op_type == "Reshape":
-        j = _reshaped_batch_axis(ref_in, axis, ref_out)
-        if j is None or values[j] <= 0 or (ref_out[j] * new_batch) % old_batch:
-            return None
-        target[j] = ref_out[j] * new_batch // old_batch
-    else:  # Expand: broadcasting aligns dimensions from the right
-        j = axis + len(ref_out) - len(ref_in)
-        if j < 0 or values[j] == 1 or values[j] != ref_out[j] or (ref_out[j] * new_batch) % old_batch:
-            return None
-        target[j] = ref_out[j] * new_batch // old_batch
+    target[j] = ref_out[j] * new_batch // old_batch
     return (values, tuple(target)) if tuple(target) != values else None
 
 
@@ -229,7 +252,7 @@ def rebatch(
                 )
             return shapes, tuple(rewrites)
         node = light.graph.node[problem.index]
-        fixed = _fixed_shape(node, light.graph, ref, shapes, old_batch, new_batch)
+        fixed = _fixed_shape(node, light.graph, problem, ref, shapes, old_batch, new_batch)
         if fixed is None:
             constant = ""
             if len(node.input) > 1 and node.op_type in (*REWRITTEN, "Tile", "ConstantOfShape"):

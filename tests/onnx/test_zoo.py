@@ -10,6 +10,7 @@ from pathlib import Path
 import onnx
 import pytest
 from onnx import TensorProto, helper
+from onnx_models import exported
 from ort_shapes import actual_shapes, mismatches
 
 from dlbench.onnx.errors import ExtractionError
@@ -75,19 +76,33 @@ def _fixed_model(path: Path, nodes, initializers, input_shape, output: str, outp
 
 
 def test_a_reshape_whose_constant_cannot_carry_the_batch_stops_naming_node_and_constant(tmp_path: Path):
-    # (1, 4, 6) -> transpose -> (4, 1, 6) -> reshape [24]: at batch 2 no entry of [24] is the batch
+    # (2, 6) -> reshape [3, 4]: the batch of 2 is split across rows, no entry of [3, 4] is the batch
     path = _fixed_model(
         tmp_path / "mixed.onnx",
-        [helper.make_node("Transpose", ["x"], ["t"], name="swap", perm=[1, 0, 2]),
-         helper.make_node("Reshape", ["t", "target"], ["y"], name="flatten_all")],
-        [helper.make_tensor("target", TensorProto.INT64, [1], [24])], [1, 4, 6], "y", [24],
+        [helper.make_node("Relu", ["x"], ["r"], name="act"),
+         helper.make_node("Reshape", ["r", "target"], ["y"], name="split_rows")],
+        [helper.make_tensor("target", TensorProto.INT64, [2], [3, 4])], [2, 6], "y", [3, 4],
     )  # fmt: skip
-    assert extract_operations(path, 1).skipped == ()
+    assert extract_operations(path, 2).skipped == ()
     with pytest.raises(ExtractionError) as caught:
-        extract_operations(path, 2)
+        extract_operations(path, 4)
     message = str(caught.value)
-    assert "mixed.onnx" in message and "fixed at 1" in message and "'flatten_all' (Reshape)" in message
-    assert "'target' = [24]" in message and "batch_size=1" in message
+    assert "mixed.onnx" in message and "fixed at 2" in message and "'split_rows' (Reshape)" in message
+    assert "'target' = [3, 4]" in message and "batch_size=2" in message
+
+
+def test_a_batch_folded_with_the_sequence_is_rewritten_and_checked(tmp_path: Path):
+    # (1, 4, 6) -> transpose -> (4, 1, 6) -> reshape [4, 6]: [seq, batch, d] -> [seq * batch, d]
+    path = _fixed_model(
+        tmp_path / "fold.onnx",
+        [helper.make_node("Transpose", ["x"], ["t"], name="swap", perm=[1, 0, 2]),
+         helper.make_node("Reshape", ["t", "target"], ["y"], name="fold")],
+        [helper.make_tensor("target", TensorProto.INT64, [2], [4, 6])], [1, 4, 6], "y", [4, 6],
+    )  # fmt: skip
+    [fold] = extract_operations(path, 3).layout_nodes
+    assert fold.output_shapes == ((12, 6),)
+    model = rebatched_model(path, 3)
+    assert actual_shapes(model)["y"] == (12, 6)
 
 
 def test_a_flatten_keeping_an_explicit_one_is_rewritten_to_the_batch(tmp_path: Path):
@@ -148,3 +163,17 @@ def test_layer_names_are_recognisable_and_the_same_at_every_batch_size():
     merged = deduplicate(large.operations())
     conv = next(op for op in merged if op.count > 1 and op.op_type == "Conv")
     assert conv.name in layers and len(conv.nodes) == conv.count  # a representative name, every node
+
+
+@pytest.mark.parametrize("batch", [1, 5])
+def test_a_transformer_fixed_at_batch_2_follows_the_batch_through_merged_dimensions(batch: int):
+    # torch's encoder layer reshapes [seq, batch, d] -> [seq * batch, d] and [batch * heads, s, d] ->
+    # [batch, heads, s, d] with constants: each is rewritten where the batch lies in it
+    path = exported("torch_encoder", dynamic_batch=False)
+    extraction = extract_operations(path, batch)
+    assert extraction.rebatched_from == 2 and extraction.skipped == ()
+    model = rebatched_model(path, batch)
+    assert mismatches(extraction, model, actual_shapes(model)) == []
+    matmuls = [dict(n.params) for n in extraction.compute_nodes if n.op_type == "MatMul"]
+    attention = [p for p in matmuls if (p["M"], p["K"], p["N"]) == (16, 16, 16)]  # q @ k^T, scores @ v
+    assert len(attention) == 2 and {p["batch"] for p in attention} == {batch * 4}
