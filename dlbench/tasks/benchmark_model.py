@@ -19,6 +19,7 @@ from dlbench.onnx.opdb import operations_frame
 from dlbench.onnx.report import extract, extraction_params, extraction_tags, log_extraction, print_extraction
 from dlbench.onnx.unfold import Unfolding, load_table, unfold_operations
 from dlbench.operators.measure import measure_with_progress, raise_for_result, sweep_params
+from dlbench.operators.passes import with_passes
 from dlbench.operators.plan import coverage_frame, plan_benchmarks, print_coverage
 from dlbench.operators.registry import load_registry
 from dlbench.operators.runner import run_settings
@@ -79,7 +80,8 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
         parent.log_table(coverage, "coverage.csv")
         node_share = float(coverage.loc[coverage["status"] == "served", "nodes"].sum()) / (extraction.total_nodes or 1)
         parent.log_metrics({"nodes_served_fraction": node_share})
-        for entry, ops in plan.assignments:
+        for entry, entry_ops in plan.assignments:
+            ops = with_passes(entry_ops, entry.passes, cfg.dtype)  # FLOPs of every pass one time covers
             run_name = f"{extraction.model_name}-{entry.name}-bs{cfg.batch_size}-{device}"
             child_params = {
                 **sweep_params(cfg, entry, extraction.model_name, len(ops), device),
@@ -103,7 +105,7 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
                     results = log_sweep(child, cfg, ops, result, files, run_name)
                     results.insert(4, "pass", [unfolding.pass_of(op.id) for op in ops])
                     child.log_table(results, "results.csv")
-                    print_summary(results, run_name, child.run_id)
+                    print_summary(results, run_name, child.run_id, result)
                     model_total_ms += summary_metrics(results).get("network_total_ms", 0.0)
                     measured.append(results)
                     raise_for_result(entry.name, result)
