@@ -261,10 +261,17 @@ class InterferenceWatch:
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self._tick()
+            try:
+                self._tick()
+            except OSError:  # a vanished /proc entry between two reads: that tick is skipped
+                continue
 
     def __enter__(self) -> InterferenceWatch:
-        self._start = self._probe()
+        try:
+            self._start = self._probe()
+        except OSError as err:  # no /proc (not Linux): the measurement goes on, unwatched; report stays None
+            log.info("interference is not measured here: %s", err)
+            return self
         reason = busy_reason(self._start, self.cores, self.threads, self.device)
         if reason:
             log.warning(
@@ -278,10 +285,14 @@ class InterferenceWatch:
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self._thread is None:
+            return
         self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-        self._tick()  # the last stretch, and the rows written since the last tick
+        self._thread.join()
+        try:
+            self._tick()  # the last stretch, and the rows written since the last tick
+        except OSError:
+            pass
         self.report = InterferenceReport(
             cores=self.cores,
             threads=self.threads,
