@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from dlbench.core.settings import default, from_environment
-from dlbench.core.values import TimeStats
+from dlbench.core.values import TimeStats, median_rel_ci
 
 #: How often (in calls, at most) device events are read back while repeating; each read is one synchronize.
 EVENT_BATCH = 32
@@ -191,7 +191,8 @@ def time_repeated(
             continue
         if len(samples) >= next_check:
             next_check = max(len(samples) + 1, int(len(samples) * CHECK_GROWTH))
-            if TimeStats.from_samples(samples, settings.target_rel_ci).converged:
+            rel_ci = median_rel_ci(samples)
+            if rel_ci is not None and rel_ci <= settings.target_rel_ci:
                 break
         if now - repeating_since >= settings.max_time_s:
             break

@@ -96,6 +96,22 @@ def median_ci_ranks(n: int) -> tuple[int, int] | None:
     return lo, n - 1 - lo
 
 
+def median_rel_ci(samples_ms: Sequence[float]) -> float | None:
+    """Half-width of the median's 95% interval relative to the median (what ``measure.target_rel_ci`` bounds);
+    None below 6 samples. Cheap enough to check while repeating."""
+    ordered = sorted(samples_ms)
+    ranks = median_ci_ranks(len(ordered))
+    median = quantile(ordered, 0.5) if ordered else 0.0
+    if ranks is None or median <= 0:
+        return None
+    return max(median - ordered[ranks[0]], ordered[ranks[1]] - median) / median
+
+
+def _stdev(ordered: Sequence[float], mean: float) -> float:
+    # two passes in floats: statistics.stdev's exact arithmetic costs seconds on a million samples
+    return math.sqrt(math.fsum((x - mean) ** 2 for x in ordered) / (len(ordered) - 1))
+
+
 @dataclass(frozen=True)
 class TimeStats:
     """Summary of repeated timings of one operation, in milliseconds.
@@ -136,12 +152,13 @@ class TimeStats:
         n = len(ordered)
         spread = n >= 2
         ranks = median_ci_ranks(n)
+        mean = statistics.fmean(ordered)
         stats = cls(
             median_ms=quantile(ordered, 0.5),
             min_ms=ordered[0],
             max_ms=ordered[-1],
-            mean_ms=statistics.fmean(ordered),
-            std_ms=statistics.stdev(ordered) if spread else None,
+            mean_ms=mean,
+            std_ms=_stdev(ordered, mean) if spread else None,
             iqr_ms=quantile(ordered, 0.75) - quantile(ordered, 0.25) if spread else None,
             reps=n,
             p10_ms=quantile(ordered, 0.1) if spread else None,
