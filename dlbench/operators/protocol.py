@@ -110,10 +110,14 @@ def _leading_id(fields: Sequence[str]) -> int | None:
         return None
 
 
-def samples_path_for(path: Path) -> Path:
-    """``<stem>_samples.csv`` beside an input ``<stem>.csv`` or its output ``<stem>_out.csv``."""
-    stem = path.stem.removesuffix("_out") if path.name.endswith("_out.csv") else path.stem
-    return path.with_name(f"{stem}_samples.csv")
+def samples_path_for(input_path: Path) -> Path:
+    """``<stem>_samples.csv`` beside the input ``<stem>.csv``: where a program may write its raw samples."""
+    return input_path.with_name(f"{input_path.stem}_samples.csv")
+
+
+def _samples_beside_output(output_path: Path) -> Path | None:
+    name = output_path.name
+    return output_path.with_name(name[: -len("_out.csv")] + "_samples.csv") if name.endswith("_out.csv") else None
 
 
 def _stats_from_columns(values: Mapping[str, float | None], factor: float) -> TimeStats:
@@ -286,7 +290,7 @@ def parse_output(
             continue
         first_line[op_id] = lineno
         rows[op_id] = _stats_from_columns(values, factor)
-    samples_path: Path | None = samples_path_for(path) if path.name.endswith("_out.csv") else None
+    samples_path = _samples_beside_output(path)
     samples: dict[int, list[float]] = {}
     if samples_path is not None and samples_path.is_file():
         samples, sample_problems = read_samples(samples_path, rows)
