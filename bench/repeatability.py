@@ -11,7 +11,10 @@ watch and the convergence rule of ``measure.target_rel_ci``):
    target: its median within ln(1.10) (10%).
 
 The load average is printed beside every figure, and each sweep says whether dlbench judged the machine
-noisy; figures from a busy machine are not the targets' test (re-measure on a quiet one).
+noisy; figures from a busy machine are not the targets' test (re-measure on a quiet one). Under load the two
+disagree for a known reason: torch.utils.benchmark takes the median of block means (10 or more calls per
+block), and a preemption anywhere in a block inflates it, while dlbench's per-call median skips preempted
+calls (a 0.35 ms 1x1 convolution: 0.35 ms by dlbench, 0.81 ms by the Timer, at load average 5 on 2 cores).
 
     python bench/repeatability.py --batch 1 --threads 1 --output repeatability.csv
 """
