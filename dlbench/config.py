@@ -28,6 +28,8 @@ class MeasureConfig:
     min_reps: int = int(default("min_reps"))
     max_reps: int = int(default("max_reps"))
     min_time_s: float = float(default("min_time_s"))
+    target_rel_ci: float = float(default("target_rel_ci"))
+    max_time_s: float = float(default("max_time_s"))
     op_budget_s: float = float(default("op_budget_s"))
     memory_fraction: float = float(default("memory_fraction"))
 
@@ -40,6 +42,12 @@ class MeasureConfig:
             raise ValueError(f"measure.max_reps ({self.max_reps}) is below measure.min_reps ({self.min_reps})")
         if self.min_time_s < 0:
             raise ValueError(f"measure.min_time_s must be >= 0, got {self.min_time_s}")
+        if not 0 < self.target_rel_ci <= 1:
+            raise ValueError(
+                f"measure.target_rel_ci must be in (0, 1] (0.02: the median known to +-2%), got {self.target_rel_ci}"
+            )
+        if self.max_time_s < 0:
+            raise ValueError(f"measure.max_time_s must be >= 0 seconds, got {self.max_time_s}")
         if self.op_budget_s < 0:
             raise ValueError(f"measure.op_budget_s must be >= 0 (0: no limit), got {self.op_budget_s}")
         if not 0 < self.memory_fraction <= 1:
@@ -116,6 +124,9 @@ class RegistryEntry:
     backend: str = "custom"
     device: Any = "cpu"
     description: str = ""
+    #: the passes one reported time covers, e.g. [forward, backward_data, backward_weights] for a program
+    #: that times a whole training step of a layer; empty: the operation's own pass. FLOPs follow.
+    passes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -240,7 +251,7 @@ class DlbenchConfig:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.threads < 0:
-            raise ValueError(f"threads must be >= 0 (0: all cores), got {self.threads}")
+            raise ValueError(f"threads must be >= 0 (0: all physical cores), got {self.threads}")
         if self.timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {self.timeout}")
         models = self.model if isinstance(self.model, list | tuple) else [self.model]

@@ -130,12 +130,12 @@ def operation_table(runs: pd.DataFrame, read_results) -> tuple[pd.DataFrame, lis
         if results.empty:
             continue
         if "status" in results.columns:
-            failed = results[results["status"] != "ok"]
+            failed = results[~results["status"].isin(("ok", "unstable"))]
             for op in failed.itertuples(index=False):
                 problems.append(
                     {"run_id": row.run_id, "run_name": row.run_name, "problem": f"operation {op.id} failed: {op.error}"}
                 )
-            results = results[results["status"] == "ok"]
+            results = results[results["status"].isin(("ok", "unstable"))]
         keep = [
             c for c in ("id", "name", "op_type", "count", "flops", "bytes", "median_ms", "gflops_per_s") if c in results
         ]

@@ -125,7 +125,7 @@ def plot_results(frame: pd.DataFrame, title: str):  # -> matplotlib Figure
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = frame[frame["status"] == "ok"]
+    ok = frame[frame["status"].isin(("ok", "unstable"))]  # unstable: measured, but not to the target precision
     has_flops = ok["gflops_per_s"].notna().any()
     fig, axes = plt.subplots(1, 2 if has_flops else 1, figsize=(13 if has_flops else 8, 0.35 * len(frame) + 1.8))
     axes = list(axes) if has_flops else [axes]

@@ -7,14 +7,22 @@ from collections.abc import Sequence
 
 import pandas as pd
 
-from dlbench.core.values import Operation, SweepResult
+from dlbench.core.values import STAT_COLUMNS, Operation, SweepResult
 
-STAT_COLUMNS = ["median_ms", "min_ms", "max_ms", "mean_ms", "std_ms", "iqr_ms", "reps"]
+#: Statuses of rows that hold a time: ``unstable`` ones did not converge to ``measure.target_rel_ci``.
+MEASURED = ("ok", "unstable")
+
+
+def measured(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows with a time (``ok`` and ``unstable``)."""
+    return frame[frame["status"].isin(MEASURED)]
 
 
 def results_frame(operations: Sequence[Operation], result: SweepResult, implementation: str = "") -> pd.DataFrame:
-    """One row per operation: parameters, time statistics, FLOPs, GFLOP/s, status and error."""
+    """One row per operation: parameters, time statistics (missing ones NA), FLOPs, GFLOP/s, status
+    (``ok``, ``unstable``, ``unsupported``, ``failed``), error, and what else the machine did meanwhile."""
     rows = []
+    timed_passes = any(op.timed_passes for op in operations)
     for op in operations:
         m = result.measurements.get(op.id)
         row: dict[str, object] = {
@@ -25,23 +33,35 @@ def results_frame(operations: Sequence[Operation], result: SweepResult, implemen
         }
         row.update({f"p.{d}" if d != "?" else f"p.?{i}": v for i, (d, v) in enumerate(op.params)})
         row.update({"count": op.count, "nodes": ";".join(op.nodes), "flops": op.flops, "bytes": op.bytes_moved})
+        if timed_passes:
+            row["timed_passes"] = "+".join(op.timed_passes)
         stats = m.stats.as_dict() if m is not None and m.stats is not None else dict.fromkeys(STAT_COLUMNS)
         row.update(stats)
         median = stats["median_ms"]
         row["gflops_per_s"] = op.flops / (median * 1e6) if op.flops and median else None
         row["gbytes_per_s"] = op.bytes_moved / (median * 1e6) if op.bytes_moved and median else None
-        row["status"] = "ok" if m is not None and m.ok else "failed"
+        row["status"] = m.status if m is not None else "failed"
         row["error"] = m.error if m is not None else "not measured"
+        if result.interference is not None:
+            row.update(result.interference.operation_columns(op.id))
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if "reps" in frame:
+        frame["reps"] = frame["reps"].astype("Int64")  # a missing count stays NA, not 0 or 1.0
+    return frame
 
 
 def summary_metrics(frame: pd.DataFrame) -> dict[str, float]:
-    ok = frame[frame["status"] == "ok"]
+    ok = measured(frame)
+    status = frame["status"]
     metrics: dict[str, float] = {
-        "operations_ok": float(len(ok)),
-        "operations_failed": float(len(frame) - len(ok)),
+        "operations_ok": float((status == "ok").sum()),
+        "operations_unstable": float((status == "unstable").sum()),
+        "operations_unsupported": float((status == "unsupported").sum()),
+        "operations_failed": float((status == "failed").sum()),
     }
+    if "machine_busy" in frame:
+        metrics["operations_machine_busy"] = float(frame["machine_busy"].eq(True).sum())
     if len(ok):
         total_ms = float(ok["median_ms"].sum())
         metrics["total_ms"] = total_ms
@@ -77,7 +97,7 @@ def time_by_op_type(frames: Sequence[pd.DataFrame]) -> dict[str, float]:
     figures add up, so read them per implementation from ``model_results.csv`` in that case."""
     totals: Counter[str] = Counter()
     for frame in frames:
-        ok = frame[frame["status"] == "ok"]
+        ok = measured(frame)
         for op_type, pass_name, median, count in zip(
             ok["op_type"], ok["pass"], ok["median_ms"], ok["count"], strict=True
         ):

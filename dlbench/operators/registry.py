@@ -13,6 +13,7 @@ from pathlib import Path
 from dlbench import CONF_DIR, PROJECT_ROOT
 from dlbench.config import RegistryEntry, TrainingEntry
 from dlbench.operators.align import Permutation, PermutationError, parse_param_descr
+from dlbench.operators.passes import check_passes
 
 PYTHON_ALIASES = ("python", "python3")
 
@@ -106,6 +107,8 @@ class OperatorBenchmark:
     devices: tuple[str, ...]
     source: Path
     description: str = ""
+    #: the passes one reported time covers (empty: the operation's own pass)
+    passes: tuple[str, ...] = ()
 
     def serves(self, op_type: str) -> bool:
         return op_type == self.name or op_type in self.synonyms
@@ -132,6 +135,10 @@ class OperatorBenchmark:
             param_descr = tuple(parse_param_descr(entry.param_descr, f"{where}: field param_descr"))
         except ValueError as err:
             raise RegistryError(str(err)) from err
+        try:
+            passes = check_passes([str(p) for p in entry.passes], [entry.name, *entry.synonyms])
+        except ValueError as err:
+            raise RegistryError(f"{where}: field passes: {err}") from err
         return cls(
             name=entry.name,
             synonyms=tuple(entry.synonyms),
@@ -142,6 +149,7 @@ class OperatorBenchmark:
             devices=tuple(str(d) for d in devices),
             source=source,
             description=entry.description,
+            passes=passes,
         )
 
 

@@ -34,6 +34,7 @@ from dlbench.onnx.report import (
 )
 from dlbench.onnx.unfold import Unfolding, load_table, unfold_operations
 from dlbench.operators.measure import measure_with_progress, raise_for_result, sweep_params
+from dlbench.operators.passes import with_passes
 from dlbench.operators.plan import (
     Coverage,
     coverage_frame,
@@ -196,7 +197,8 @@ def benchmark_model(
     ) as parent:
         log_extraction(parent, ctx.output_dir, extraction, frame)
         parent.log_metrics(summary.metrics())
-        for entry, ops in plan.assignments:
+        for entry, entry_ops in plan.assignments:
+            ops = with_passes(entry_ops, entry.passes, cfg.dtype)  # FLOPs of every pass one time covers
             run_name = f"{extraction.model_name}-{entry.name}-bs{cfg.batch_size}-{device}"
             child_params = {
                 **sweep_params(cfg, entry, extraction.model_name, len(ops), device),
@@ -232,7 +234,7 @@ def benchmark_model(
                     child.log_table(results, "results.csv")
                     child.log_metrics({"operations_reused": float(len(found)),
                                        "operations_new": float(len(to_measure))})  # fmt: skip
-                    print_summary(results, run_name, child.run_id)
+                    print_summary(results, run_name, child.run_id, result)
                     model_total_ms += summary_metrics(results).get("network_total_ms", 0.0)
                     measured.append(results)
                     reuse.reused += len(found)

@@ -84,9 +84,11 @@ def measure_step(cfg: DlbenchConfig, ctx: AppContext, operations, device: str, r
         for op in ops:
             measurements[op.id] = result.measurements[op.id]
             implementations[op.id] = entry.name
-        for path in (files.input_csv, files.output_csv, files.stderr_txt):
-            if path.exists():
+        for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
+            if path is not None and path.exists():
                 run.log_artifact(path, "protocol")
+        if result.interference is not None and result.interference.noisy:  # any noisy benchmark: a noisy run
+            run.set_tags({"dlbench.noisy": "true", "dlbench.noisy_reason": result.interference.reason})
         if result.interrupted:
             raise KeyboardInterrupt(f"{entry.name} was interrupted")
     return measurements, implementations, plan

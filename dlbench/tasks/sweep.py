@@ -12,6 +12,7 @@ from dlbench.core.device import resolve_device
 from dlbench.core.errors import TaskFailed
 from dlbench.core.values import SweepResult
 from dlbench.operators.measure import measure_with_progress, operations_digest, raise_for_result, sweep_params
+from dlbench.operators.passes import with_passes
 from dlbench.operators.plan import select_implementations
 from dlbench.operators.registry import load_registry
 from dlbench.operators.runner import run_settings
@@ -43,9 +44,9 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         tags: dict[str, str] = {}
         workdir = ctx.output_dir / "protocol"
         resume = find_resume_point(target, params) if cfg.resume else None
-        todo = list(operations)
+        todo = with_passes(operations, entry.passes, cfg.dtype)  # FLOPs of every pass one time covers
         if resume is not None:
-            todo = [op for op in operations if op.id not in resume.done_ids]
+            todo = [op for op in todo if op.id not in resume.done_ids]
             tags["dlbench.resumed_from"] = resume.run_id
             log.info(
                 "resuming %s run %s: %d of %d operations measured there, %d to measure",
@@ -74,7 +75,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
                 frame = log_sweep(tracked, cfg, todo, result, files, tracked.run_name, kept=kept)
                 if resume is not None:
                     tracked.log_metrics({"operations_resumed": float(len(operations) - len(todo))})
-                print_summary(frame, tracked.run_name, tracked.run_id)
+                print_summary(frame, tracked.run_name, tracked.run_id, result)
                 raise_for_result(entry.name, result, f"{len(frame[frame.status == 'ok'])} operations were kept")
         except TaskFailed as err:
             failures.append(str(err))

@@ -36,6 +36,7 @@ def test_relu_sweep_is_one_run_with_params_tags_metrics_and_artifacts(tmp_path: 
     assert protocol == {
         "protocol/torch_relu_relu.csv",
         "protocol/torch_relu_relu_out.csv",
+        "protocol/torch_relu_relu_samples.csv",
         "protocol/torch_relu_relu_stderr.txt",
     }
     assert "batch_size: 2" in artifact_text(store, run.info.run_id, "config.yaml")
