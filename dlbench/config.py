@@ -116,6 +116,8 @@ class RegistryEntry:
     backend: str = "custom"
     device: Any = "cpu"
     description: str = ""
+    #: the executable also reads ``<input stem>_nodes.json``: each operation's ONNX node (operators.protocol)
+    node_file: bool = False
 
 
 @dataclass

@@ -7,6 +7,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from dlbench.core.nodes import NodeSpec
+
 Number = int | float
 
 #: Time units the executable protocol understands, as factors to milliseconds.
@@ -20,7 +22,8 @@ class Operation:
     ``params`` are (descriptor, value) pairs in the order they were produced, descriptors in the original
     tool's style (``N, C, H, W, K, kernel_shape_0, ...``; ``?`` for a positional value with no name).
     ``input_shapes`` are the operator's input tensor shapes where known (used by ``permutation``
-    strategies); ``nodes`` names the ONNX nodes (or config entries) the operation stands for.
+    strategies); ``nodes`` names the ONNX nodes (or config entries) the operation stands for; ``node`` is
+    the ONNX node itself (:class:`dlbench.core.nodes.NodeSpec`) where the operation was extracted from one.
     """
 
     id: int
@@ -32,6 +35,7 @@ class Operation:
     nodes: tuple[str, ...] = ()
     flops: float | None = None
     bytes_moved: float | None = None
+    node: NodeSpec | None = None
 
     @property
     def param_dict(self) -> dict[str, Number]:
