@@ -19,7 +19,7 @@ from torch import nn
 
 from dlbench.backends.onnxruntime.canonical import canonical_node
 from dlbench.backends.onnxruntime.model import build_model
-from dlbench.backends.onnxruntime.run import session_options
+from dlbench.backends.onnxruntime.run import prepared, session_options
 from dlbench.core.glue import InvalidParameters, glue_tensors
 from dlbench.core.nodes import AttributeSpec, NodeSpec, TensorSpec
 from dlbench.core.values import Operation
@@ -148,6 +148,7 @@ def test_an_lrn_of_the_zoo_alexnet_computes_what_torch_computes() -> None:
         ("MaxPool", dict(N=1, C=3, H=8, W=8, kernel_shape_0=3, kernel_shape_1=3, pads_0=1, pads_1=1, pads_2=1,
                          pads_3=1, strides_0=2, strides_1=2, mode=0)),
         ("BatchNormalization", dict(N=2, C=3, H=4, W=4, epsilon=1e-5, momentum=0.9, mode=2)),
+        ("BatchNormalization", dict(N=2, C=3, H=4, W=4, epsilon=1e-5, momentum=0.9, mode=0)),
         ("Gather", dict(N=1, C=1, H=30, W=6, axis=2, indices=7, mode=0)),
         ("LRN", dict(N=1, C=8, H=5, W=5, size=5, alpha=1e-4, beta=0.75, bias=1.0, mode=0)),
         ("Cast", dict(N=1, C=2, H=3, W=4, to=10, mode=0)),
@@ -175,18 +176,42 @@ def test_an_operation_known_by_its_parameters_becomes_the_node_they_describe(op_
         expected = [(1, 3, 4, 4)]
     elif op_type in ("Softmax", "LayerNormalization", "BatchNormalization"):
         expected = [tuple(params[d] for d in "NCHW")]
+        if op_type == "BatchNormalization" and params["mode"] == 0:  # training: the running statistics too
+            expected += [(params["C"],), (params["C"],)]
     else:
         expected = list(glue_tensors(op_type, params).outputs)
     assert [o.shape for o in outputs] == expected
 
 
-def test_backward_passes_and_training_statistics_are_refused_with_the_reason() -> None:
+def test_backward_passes_and_operators_without_an_onnx_node_are_refused_with_the_reason() -> None:
     with pytest.raises(InvalidParameters, match="forward pass"):
         canonical_node("Relu", dict(N=1, C=1, H=1, W=4, mode=1))
-    with pytest.raises(InvalidParameters, match="training statistics"):
-        canonical_node("BatchNormalization", dict(N=1, C=2, H=1, W=4, mode=0))
     with pytest.raises(InvalidParameters, match="SGD"):
         canonical_node("SGD", dict(N=1, C=1, H=1, W=4))
+
+
+def test_a_zoo_batchnorm_extracted_for_training_runs_with_batch_statistics() -> None:
+    """ResNet-50's opset-9 BatchNormalization, extracted for training (mode 0), runs as BatchNormalization-15
+    with training_mode=1: batch statistics, as the torch backend measures it."""
+    operations = operations_with_nodes(ZOO / "light_resnet50.onnx", 1)
+    bn = of_type(operations, "BatchNormalization")
+    assert bn.param_dict["mode"] == 0 and bn.node.opset == 9
+    entry = NodeEntry(bn.op_type, bn.params, bn.node)
+    built = prepared(entry, "float32")
+    session = ort.InferenceSession(built.model, providers=["CPUExecutionProvider"])
+    y, _, _ = session.run(None, built.feeds)
+    (x,) = built.feeds.values()
+    model = onnx.load_from_string(built.model)
+    scale, bias = (onnx.numpy_helper.to_array(t).reshape(1, -1, 1, 1) for t in model.graph.initializer[:2])
+    epsilon = next(a.f for a in model.graph.node[0].attribute if a.name == "epsilon")
+    batch_mean, batch_var = x.mean(axis=(0, 2, 3), keepdims=True), x.var(axis=(0, 2, 3), keepdims=True)
+    expected = scale * (x - batch_mean) / np.sqrt(batch_var + epsilon) + bias  # the batch's own statistics
+    np.testing.assert_allclose(y, expected, rtol=1e-3, atol=1e-3)
+    (node,) = model.graph.node
+    assert {a.name: a.i for a in node.attribute if a.name == "training_mode"} == {"training_mode": 1}
+    assert model.opset_import[0].version == 15 and len(node.output) == 3
+    inference = onnx.load_from_string(prepared(dataclasses.replace(entry, params=(("mode", 2),)), "float32").model)
+    assert "training_mode" not in {a.name for a in inference.graph.node[0].attribute}
 
 
 def foreign(op_type: str, domain: str, opsets: dict[str, int]) -> NodeSpec:

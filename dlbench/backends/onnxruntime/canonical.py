@@ -23,6 +23,7 @@ def _ints(*values: int) -> tuple[int, ...]:
 
 
 def _node(op_type: str, inputs: list, outputs: int = 1, **attributes: object) -> NodeSpec:
+    """A node of the default domain at :data:`OPSET`; attribute kinds follow the Python values."""
     specs = []
     for name, value in attributes.items():
         if isinstance(value, AttributeSpec):
@@ -76,11 +77,11 @@ def canonical_node(op_type: str, p: Mapping[str, Number]) -> NodeSpec:
     n, c, h, w = _nchw(p)
     x = _tensor((n, c, h, w))
     if op_type == "BatchNormalization":
-        channel = [_tensor((c,), weight=True) for _ in range(4)]
-        # inference only: onnxruntime's CPU kernel implements training mode for opset 14-15 alone
-        if mode != 2:
-            raise InvalidParameters("BatchNormalization mode=0 (training statistics) is not run by onnxruntime")
-        return _node("BatchNormalization", [x, *channel], epsilon=float(p.get("epsilon", 1e-5)))
+        return batchnorm_for_mode(
+            _node("BatchNormalization", [x, *(_tensor((c,), weight=True) for _ in range(4))],
+                  epsilon=float(p.get("epsilon", 1e-5)), momentum=float(p.get("momentum", 0.9))),
+            mode,
+        )  # fmt: skip
     if op_type in ("Relu", "GlobalAveragePool"):
         return _node(op_type, [x])
     if op_type == "Add":
@@ -98,6 +99,20 @@ def canonical_node(op_type: str, p: Mapping[str, Number]) -> NodeSpec:
             pads=_ints(*(p[f"pads_{i}"] for i in range(4))), strides=_ints(p["strides_0"], p["strides_1"]),
         )  # fmt: skip
     raise InvalidParameters(f"{op_type} has no ONNX node dlbench can build from its parameters")
+
+
+def batchnorm_for_mode(spec: NodeSpec, mode: int) -> NodeSpec:
+    """A BatchNormalization node as its ``mode`` says: 0 training (batch statistics, also the running
+    mean and variance as outputs), 2 inference; whatever the exported node's own ``training_mode``. A node of
+    an opset before 14 runs as BatchNormalization-15 (same inputs), the first version with training_mode."""
+    legacy = ("training_mode", "spatial", "is_test", "consumed_inputs")
+    attributes = tuple(a for a in spec.attributes if a.name not in legacy)
+    outputs, opsets = spec.outputs[:1], dict(spec.opsets)
+    if mode == 0:
+        attributes += (AttributeSpec("training_mode", "int", 1),)
+        outputs += tuple(TensorSpec(None, "float32") for _ in range(2))
+        opsets[spec.domain] = max(15, spec.opset)
+    return NodeSpec(spec.op_type, spec.domain, opsets, spec.inputs, outputs, attributes, spec.name)
 
 
 def _glue_node(op_type: str, p: Mapping[str, Number]) -> NodeSpec:

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dlbench.backends.onnxruntime.canonical import canonical_node
+from dlbench.backends.onnxruntime.canonical import batchnorm_for_mode, canonical_node
 from dlbench.backends.onnxruntime.model import OneNodeModel, UnrunnableNode, build_model, with_float_type
 from dlbench.backends.timing import TimingSettings, time_repeated
 from dlbench.core.glue import InvalidParameters
@@ -56,6 +56,8 @@ def prepared(entry: NodeEntry, dtype: str) -> OneNodeModel:
         if mode != 0 and not (entry.op_type == "BatchNormalization" and mode == 2):
             raise RowFailed(f"mode={mode}: onnxruntime runs the forward pass (inference) only")
         spec = entry.node
+        if entry.op_type == "BatchNormalization" and not spec.domain:  # training or inference, as described
+            spec = batchnorm_for_mode(spec, mode)
     else:
         try:
             spec = canonical_node(entry.op_type, entry.param_dict)
