@@ -272,7 +272,8 @@ def _glue(
     if op_type == "Concat":
         axis = int(attrs["axis"]) % len(x)
         joined = (*x[:axis], sum(s[axis] for s in present), *x[axis + 1 :])
-        return (*_along(joined, attrs, op_type)[0], _along(joined, attrs, op_type)[1], len(present), 0)
+        shape4, along = _along(joined, attrs, op_type)
+        return (*shape4, along, len(present), 0)
     if op_type == "Split":
         count = len(outputs) or int(attrs.get("num_outputs", 0)) or len(attrs.get("split") or [])
         count = count or len(_sized(values, 1) or [])
@@ -299,9 +300,9 @@ def _glue(
         a, b = _folded([x, out], op_type) if op_type == "Expand" else (rank4(op_type, x), rank4(op_type, out))
         if op_type == "Expand":
             b = tuple(max(i, o) for i, o in zip(a, b, strict=True))
+        if op_type != "Expand" and len(x) > 4 and out[: len(x) - 3] != x[: len(x) - 3]:
+            raise NoCanonicalForm(f"{op_type} changes leading axes of a rank-{len(x)} tensor, which fold together")
         if op_type == "Tile":
-            if len(x) > 4 and out[: len(x) - 3] != x[: len(x) - 3]:
-                raise NoCanonicalForm(f"Tile repeats leading axes of a rank-{len(x)} tensor")
             return (*a, *(o // i for i, o in zip(a, b, strict=True)), 0)
         return (*a, *b, 0)
     if op_type in REDUCTIONS:

@@ -211,6 +211,13 @@ def test_forms_with_no_rank_four_equivalent_are_described_by_position(op_type, s
         describe_known(op_type, shapes, attrs, 17, True, outputs=[None])
 
 
+def test_a_slice_of_a_leading_axis_above_rank_four_is_described_by_position() -> None:
+    with pytest.raises(NoCanonicalForm, match="leading axes"):
+        describe_known("Slice", [(2, 3, 4, 5, 6), (1,), (1,)], {}, 17, True, outputs=[(2, 2, 4, 5, 6)])
+    inner = dict(describe_known("Slice", [(2, 3, 4, 5, 6), (1,), (1,)], {}, 17, True, outputs=[(2, 3, 4, 5, 2)]))
+    assert (inner["N"], inner["W"], inner["N_out"], inner["W_out"]) == (6, 6, 6, 2)
+
+
 def test_rank_five_broadcasting_and_reductions_merge_neighbouring_axes() -> None:
     mul = dict(describe_known("Mul", [(2, 3, 4, 5, 6), (1, 1, 4, 5, 6)], {}, 17, True))
     assert (mul["N"], mul["C"], mul["N_b"], mul["C_b"]) == (6, 4, 1, 4)
