@@ -95,26 +95,36 @@ class AttributeSpec:
 @dataclass(frozen=True)
 class NodeSpec:
     """One ONNX node with everything needed to run it alone. ``inputs`` has None for an omitted optional
-    input; ``opsets`` maps each domain the node needs ("" for ONNX's default) to its version."""
+    input; ``opsets`` pairs each domain the node needs ("" for ONNX's default) with its version (a mapping
+    is accepted and kept as sorted pairs, so that a node, and an operation carrying it, stays hashable)."""
 
     op_type: str
     domain: str
-    opsets: Mapping[str, int]
+    opsets: tuple[tuple[str, int], ...]
     inputs: tuple[TensorSpec | None, ...]
     outputs: tuple[TensorSpec, ...]
     attributes: tuple[AttributeSpec, ...] = ()
     name: str = ""
 
+    def __post_init__(self) -> None:
+        pairs = self.opsets.items() if isinstance(self.opsets, Mapping) else self.opsets
+        object.__setattr__(self, "opsets", tuple(sorted((str(d), int(v)) for d, v in pairs)))
+
+    @property
+    def opset_map(self) -> dict[str, int]:
+        return dict(self.opsets)
+
     @property
     def opset(self) -> int:
         """The version of the node's own domain."""
-        return int(self.opsets.get(self.domain, self.opsets.get("", 0)))
+        opsets = self.opset_map
+        return int(opsets.get(self.domain, opsets.get("", 0)))
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "op_type": self.op_type,
             "domain": self.domain,
-            "opsets": dict(self.opsets),
+            "opsets": self.opset_map,
             "name": self.name,
             "attributes": [a.to_dict() for a in self.attributes],
             "inputs": [None if t is None else t.to_dict() for t in self.inputs],

@@ -261,7 +261,9 @@ def test_a_node_file_round_trips_and_a_broken_entry_fails_only_its_row(tmp_path:
         "ConstantOfShape", "", {"": 17}, (TensorSpec((2,), "int64", True, (3, 4)),), (TensorSpec((3, 4), "float32"),),
         (AttributeSpec("value", "tensor", TensorSpec((1,), "float32", True, (0.5,))),), name="fill",
     )  # fmt: skip
-    path = write_nodes(tmp_path / "x_nodes.json", [Operation(0, "ConstantOfShape", (("?", 2),), node=spec)])
+    operation = Operation(0, "ConstantOfShape", (("?", 2),), node=spec)
+    assert len({operation, dataclasses.replace(operation)}) == 1  # still a hashable value
+    path = write_nodes(tmp_path / "x_nodes.json", [operation])
     entries = read_nodes(path)
     assert entries[0] == NodeEntry("ConstantOfShape", (("?", 2),), spec)
     (out,), _, _ = run_node(entries[0].node)

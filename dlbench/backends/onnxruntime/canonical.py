@@ -107,7 +107,7 @@ def batchnorm_for_mode(spec: NodeSpec, mode: int) -> NodeSpec:
     an opset before 14 runs as BatchNormalization-15 (same inputs), the first version with training_mode."""
     legacy = ("training_mode", "spatial", "is_test", "consumed_inputs")
     attributes = tuple(a for a in spec.attributes if a.name not in legacy)
-    outputs, opsets = spec.outputs[:1], dict(spec.opsets)
+    outputs, opsets = spec.outputs[:1], spec.opset_map
     if mode == 0:
         attributes += (AttributeSpec("training_mode", "int", 1),)
         outputs += tuple(TensorSpec(None, "float32") for _ in range(2))

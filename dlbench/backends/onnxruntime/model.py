@@ -170,7 +170,7 @@ def build_model(spec: NodeSpec, seed: int = 0) -> OneNodeModel:
     graph = onnx.helper.make_graph(
         [node], "dlbench_node", graph_inputs, [onnx.ValueInfoProto(name=o) for o in outputs], initializers
     )
-    opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in spec.opsets.items()]
+    opsets = [onnx.helper.make_opsetid(domain, version) for domain, version in spec.opsets]
     model = onnx.helper.make_model(graph, opset_imports=opsets, producer_name="dlbench")
     model.ir_version = max(onnx.helper.find_min_ir_version_for(opsets, ignore_unknown=True), 7)
     return OneNodeModel(model.SerializeToString(), feeds, total)
