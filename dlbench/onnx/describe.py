@@ -199,6 +199,16 @@ def _sized(items: Sequence[Any], index: int) -> Any:
     return items[index] if len(items) > index else None
 
 
+def _listed(values: Sequence[Any], index: int) -> list[Number] | None:
+    """The values of constant input ``index`` as a flat list (a numpy array of any rank, or a sequence)."""
+    value = _sized(values, index)
+    if value is None:
+        return None
+    if hasattr(value, "reshape"):
+        return list(value.reshape(-1).tolist())
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
 def _folded(shapes: Sequence[Shape], op_type: str) -> list[Shape]:
     folded = broadcast4(shapes)
     if folded is None:
@@ -221,7 +231,7 @@ def _reduced_axes(
     if "axes" in attrs:
         axes = attrs["axes"]
     elif _sized(shapes, 1) is not None:  # axes as an input (ReduceSum from opset 13, ReduceMean from 18)
-        axes = _sized(values, 1)
+        axes = _listed(values, 1)
     else:
         axes = []
     if axes is not None:
@@ -276,7 +286,7 @@ def _glue(
         return (*shape4, along, len(present), 0)
     if op_type == "Split":
         count = len(outputs) or int(attrs.get("num_outputs", 0)) or len(attrs.get("split") or [])
-        count = count or len(_sized(values, 1) or [])
+        count = count or len(_listed(values, 1) or [])
         if not count:
             return None
         shape4, axis = _along(x, attrs, op_type)
@@ -291,10 +301,11 @@ def _glue(
         shape4, axis = _along(x, attrs, op_type)
         return (*shape4, axis, math.prod(indices), 0)
     if op_type in ("Slice", "Expand", "Tile"):
-        if out is None and op_type == "Expand" and _sized(values, 1) is not None:
-            out = tuple(int(d) for d in values[1])  # type: ignore[index, union-attr]
-        if out is None and op_type == "Tile" and _sized(values, 1) is not None:
-            out = tuple(d * int(r) for d, r in zip(x, values[1], strict=True))  # type: ignore[arg-type]
+        given = _listed(values, 1)
+        if out is None and op_type == "Expand" and given is not None:
+            out = tuple(int(d) for d in given)
+        if out is None and op_type == "Tile" and given is not None:
+            out = tuple(d * int(r) for d, r in zip(x, given, strict=True))
         if out is None:
             return None
         a, b = _folded([x, out], op_type) if op_type == "Expand" else (rank4(op_type, x), rank4(op_type, out))

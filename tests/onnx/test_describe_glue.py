@@ -226,3 +226,16 @@ def test_rank_five_broadcasting_and_reductions_merge_neighbouring_axes() -> None
     assert [mean[f"reduce_{d}"] for d in "NCHW"] == [0, 0, 1, 1]
     concat = dict(describe_known("Concat", [(2, 3, 4, 5, 6), (2, 1, 4, 5, 6)], {"axis": 1}, 17, True))
     assert (concat["N"], concat["C"], concat["H"], concat["W"], concat["axis"]) == (1, 2, 4, 120, 2)
+
+
+def test_constant_values_may_be_numpy_arrays_as_extraction_folds_them() -> None:
+    import numpy as np
+
+    total = dict(
+        describe_known("ReduceSum", [(2, 3, 4), (1,)], {"keepdims": 0}, 13, True, values=[None, np.array([1])])
+    )
+    assert [total[f"reduce_{d}"] for d in "NCHW"] == [0, 0, 1, 0]
+    tile = dict(describe_known("Tile", [(2, 3), (2,)], {}, 13, True, values=[None, np.array([2, 1])]))
+    assert [tile[f"repeats_{i}"] for i in range(4)] == [1, 1, 2, 1]
+    every = dict(describe_known("ReduceMean", [(2, 3), (0,)], {}, 18, True, values=[None, np.array([], np.int64)]))
+    assert [every[f"reduce_{d}"] for d in "NCHW"] == [0, 0, 1, 1]  # empty axes: all of them
