@@ -37,6 +37,7 @@ EXPAND = SLICE  # input and target shape
 TILE = "N C H W repeats_0 repeats_1 repeats_2 repeats_3 mode".split()
 TRANSPOSE = "N C H W perm_0 perm_1 perm_2 perm_3 mode".split()
 GATHER = "N C H W axis indices mode".split()  # data N C H W, `indices` indices along `axis`
+GATHER_ELEMENTS = [*ADD, "axis", "mode"]  # data N C H W, indices (and output) _b
 REDUCE = "N C H W reduce_N reduce_C reduce_H reduce_W mode".split()  # 1: the dimension is reduced (kept as 1)
 LRN = "N C H W size alpha beta bias mode".split()
 
@@ -70,6 +71,10 @@ DESCRIPTORS: dict[str, list[str]] = {
     "ReduceMean": REDUCE,
     "ReduceSum": REDUCE,
     "LRN": LRN,
+    "GatherElements": GATHER_ELEMENTS,
+    # boolean results, forward only: comparisons and logic broadcast like BINARY, predicates are pointwise
+    **{op: BINARY for op in ("Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor")},
+    **{op: ELEMENTWISE for op in ("Not", "IsNaN", "IsInf")},
 }
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}

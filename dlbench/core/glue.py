@@ -17,7 +17,15 @@ BINARY = ("Mul", "Div", "Sub", "Pow")
 VARIADIC = ("Sum", "Max", "Min")
 MOVEMENT = ("Concat", "Split", "Slice", "Transpose", "Gather", "Expand", "Tile")
 REDUCTIONS = ("ReduceMean", "ReduceSum")
-GLUE_OP_TYPES = (*UNARY, "Gelu", "Cast", *BINARY, *VARIADIC, "Where", *MOVEMENT, *REDUCTIONS, "LRN")
+COMPARISONS = ("Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual")
+LOGICAL = ("And", "Or", "Xor")
+PREDICATES = ("Not", "IsNaN", "IsInf")
+#: Operators whose outputs are booleans: they have no gradient (``mode`` 0 only).
+NON_DIFFERENTIABLE = (*COMPARISONS, *LOGICAL, *PREDICATES)
+GLUE_OP_TYPES = (
+    *UNARY, "Gelu", "Cast", *BINARY, *VARIADIC, "Where", *MOVEMENT, "GatherElements", *REDUCTIONS, "LRN",
+    *NON_DIFFERENTIABLE,
+)  # fmt: skip
 
 #: ONNX TensorProto element types -> (name, bytes per element), for Cast's ``to``.
 ONNX_ELEMENT_TYPES: dict[int, tuple[str, int]] = {
@@ -40,6 +48,7 @@ class GlueTensors:
     inputs: tuple[Shape, ...]
     outputs: tuple[Shape, ...]
     kinds: tuple[str, ...]
+    output_kind: str = "float"  # or "bool"
 
     @property
     def float_inputs(self) -> tuple[Shape, ...]:
@@ -102,6 +111,17 @@ def glue_tensors(op_type: str, p: Mapping[str, Number]) -> GlueTensors:
     """The tensors of a forward pass of ``op_type`` with canonical parameters ``p``; raises
     :class:`InvalidParameters` for parameters that describe no valid operation."""
     x = shape_of(p)
+    if op_type in PREDICATES:
+        return GlueTensors((x,), (x,), ("bool" if op_type == "Not" else "float",), "bool")
+    if op_type in (*COMPARISONS, *LOGICAL):
+        b = shape_of(p, "_b")
+        kind = "bool" if op_type in LOGICAL else "float"
+        return GlueTensors((x, b), (broadcast(x, b),), (kind, kind), "bool")
+    if op_type == "GatherElements":
+        axis, b = axis_of(p), shape_of(p, "_b")
+        if any(i > d for n, (i, d) in enumerate(zip(b, x, strict=True)) if n != axis):
+            raise InvalidParameters(f"GatherElements: indices {list(b)} exceed the data {list(x)} off axis {axis}")
+        return GlueTensors((x, b), (b,), ("float", "index"))
     if op_type in (*UNARY, "Gelu", "Cast", "LRN"):
         if op_type == "Cast" and integer(p, "to", 1) not in ONNX_ELEMENT_TYPES:
             raise InvalidParameters(f"to={p.get('to')}: not a numeric ONNX element type")
@@ -160,7 +180,7 @@ def flops_per_element(op_type: str, p: Mapping[str, Number]) -> int:
         return 2 * integer(p, "size", 5) + 3
     if op_type in VARIADIC:
         return integer(p, "inputs", 2) - 1
-    if op_type in (*UNARY, "Gelu", *BINARY, "Where"):
+    if op_type in (*UNARY, "Gelu", *BINARY, "Where", *NON_DIFFERENTIABLE):
         return 1
     return 0
 
@@ -178,15 +198,20 @@ def glue_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int) -> tuple[
     if op_type == "Cast":
         to_bytes = ONNX_ELEMENT_TYPES[integer(p, "to", 1)][1]
         return 0.0, float(out * (dtype_bytes + to_bytes))
+    if op_type in NON_DIFFERENTIABLE and mode != 0:
+        return 0.0, 0.0  # no gradient
     if op_type in REDUCTIONS:
         flops = ins[0] if mode == 0 else ins[0] * (op_type == "ReduceMean")
         return float(flops), float(dtype_bytes * (ins[0] + out))
     per = flops_per_element(op_type, p)
-    if mode == 0 and op_type == "Gather":  # only the gathered rows of the table are read
+    if mode == 0 and op_type in ("Gather", "GatherElements"):  # only the gathered values are read
         return 0.0, float(2 * dtype_bytes * out + INDEX_BYTES * ins[1])
     if mode == 0:
-        return float(per * out), float(read + dtype_bytes * out)
-    if op_type == "Gather":  # the gradient scatters the rows back into a zeroed table: write it, add the rows
+        return float(per * out), float(read + (1 if t.output_kind == "bool" else dtype_bytes) * out)
+    if op_type in (
+        "Gather",
+        "GatherElements",
+    ):  # the gradient scatters the rows back into a zeroed table: write it, add the rows
         data = ins[0]
         return float(out), float(dtype_bytes * (out + data) + INDEX_BYTES * ins[1])
     if op_type in ("Expand", "Tile"):  # the gradient sums the copies back: a reduction of the output

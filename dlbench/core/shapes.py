@@ -16,7 +16,8 @@ LEADING_ONES_STYLE = frozenset(
     {"Relu", "Add", "Softmax", "LayerNormalization", "SGD"}
     | {"Sqrt", "Erf", "Gelu", "Tanh", "Sigmoid", "Exp", "Log", "Neg", "Clip", "Cast"}
     | {"Mul", "Div", "Sub", "Pow", "Sum", "Max", "Min", "Where"}
-    | {"Concat", "Split", "Slice", "Transpose", "Gather", "Expand", "Tile", "ReduceMean", "ReduceSum"}
+    | {"Concat", "Split", "Slice", "Transpose", "Gather", "GatherElements", "Expand", "Tile", "ReduceMean", "ReduceSum"}
+    | {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf"}
 )
 
 

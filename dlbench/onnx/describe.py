@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dlbench.core.descriptors import DESCRIPTORS
-from dlbench.core.glue import BINARY, GLUE_OP_TYPES, REDUCTIONS, UNARY, VARIADIC
+from dlbench.core.glue import BINARY, COMPARISONS, GLUE_OP_TYPES, LOGICAL, PREDICATES, REDUCTIONS, UNARY, VARIADIC
 from dlbench.core.shapes import Shape, along_axis4, axis4, broadcast4, rank4, rank4_spatial, reduce4, transpose4
 from dlbench.core.values import Number
 
@@ -255,7 +255,7 @@ def _glue(
     x = shapes[0]
     assert x is not None
     out = _sized(outputs, 0)
-    if op_type in UNARY:
+    if op_type in (*UNARY, *PREDICATES):
         return (*rank4(op_type, x), 0)
     if op_type == "Gelu":
         return (*rank4(op_type, x), 1 if attrs.get("approximate", "none") == "tanh" else 0, 0)
@@ -266,9 +266,9 @@ def _glue(
         alpha, beta, bias = (float(attrs.get(k, d)) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
         return (*_spatial(x), size, alpha, beta, bias, 0)
     present = [s for s in shapes if s is not None]
-    if len(present) != len(shapes) and op_type in (*BINARY, *VARIADIC, "Where", "Concat", "Gather"):
+    if len(present) != len(shapes) and op_type not in ("Split", "Slice", "Expand", "Tile", *REDUCTIONS):
         raise CannotDescribe("an input shape is unknown")
-    if op_type in BINARY:
+    if op_type in (*BINARY, *COMPARISONS, *LOGICAL):
         a, b = _folded(present[:2], op_type)
         return (*a, *b, 0)
     if op_type in VARIADIC:
@@ -300,6 +300,14 @@ def _glue(
         indices = present[1]
         shape4, axis = _along(x, attrs, op_type)
         return (*shape4, axis, math.prod(indices), 0)
+    if op_type == "GatherElements":
+        indices = present[1]
+        rank, axis = len(x), int(attrs.get("axis", 0)) % max(len(x), 1)
+        if len(indices) != rank:
+            raise CannotDescribe(f"GatherElements: indices of rank {len(indices)} for data of rank {rank}")
+        if rank > 4 and (axis < rank - 3 or x[: rank - 3] != indices[: rank - 3]):
+            raise NoCanonicalForm(f"GatherElements along axis {axis} of a rank-{rank} tensor has no rank-4 form")
+        return (*rank4(op_type, x), *rank4(op_type, indices), axis4(axis, rank), 0)
     if op_type in ("Slice", "Expand", "Tile"):
         given = _listed(values, 1)
         if out is None and op_type == "Expand" and given is not None:

@@ -164,6 +164,10 @@ def test_an_lrn_of_the_zoo_alexnet_computes_what_torch_computes() -> None:
         ("Gelu", dict(N=2, C=3, H=4, W=5, approximate=1, mode=0)),
         ("Pow", dict(N=2, C=3, H=4, W=5, N_b=1, C_b=1, H_b=1, W_b=1, mode=0)),
         ("Clip", dict(N=2, C=3, H=4, W=5, mode=0)),
+        ("Equal", dict(N=2, C=3, H=4, W=5, N_b=1, C_b=3, H_b=1, W_b=5, mode=0)),
+        ("And", dict(N=2, C=3, H=4, W=5, N_b=1, C_b=1, H_b=4, W_b=5, mode=0)),
+        ("IsNaN", dict(N=2, C=3, H=4, W=5, mode=0)),
+        ("GatherElements", dict(N=2, C=3, H=4, W=5, N_b=2, C_b=3, H_b=7, W_b=5, axis=2, mode=0)),
     ],
 )  # fmt: skip
 def test_an_operation_known_by_its_parameters_becomes_the_node_they_describe(op_type: str, params: dict) -> None:

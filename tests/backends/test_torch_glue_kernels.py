@@ -138,8 +138,30 @@ CASES: list[tuple[str, dict, Callable[..., object], list[int], list[tuple[int, .
         [0],
         [(2, 6, 3, 3)],
     ),
+    (
+        "GatherElements",
+        {**X, **bshape("_b", (2, 3, 7, 5)), "axis": 2},
+        lambda d, i: d[torch.arange(2).view(2, 1, 1, 1), torch.arange(3).view(1, 3, 1, 1), i, torch.arange(5)],
+        [0],
+        [(2, 3, 7, 5)],
+    ),
 ]
 IDS = [f"{op}-{i}" for i, (op, *_) in enumerate(CASES)]
+
+# boolean results: forward only
+LOGIC_CASES: list[tuple[str, dict, Callable[..., object]]] = [
+    ("Equal", {**X, **bshape("_b", (1, 3, 1, 5))}, lambda a, b: (a - b).abs() == 0),
+    ("Greater", {**X, **bshape("_b", (1, 1, 1, 1))}, lambda a, b: (a - b) > 0),
+    ("Less", {**X, **bshape("_b", (2, 3, 4, 5))}, lambda a, b: (b - a) > 0),
+    ("GreaterOrEqual", {**X, **bshape("_b", (2, 1, 4, 5))}, lambda a, b: ~((a - b) < 0)),
+    ("LessOrEqual", {**X, **bshape("_b", (2, 1, 4, 5))}, lambda a, b: ~((a - b) > 0)),
+    ("And", {**X, **bshape("_b", (1, 3, 4, 1))}, lambda a, b: a * b),
+    ("Or", {**X, **bshape("_b", (1, 3, 4, 1))}, lambda a, b: (a.int() + b.int()) > 0),
+    ("Xor", {**X, **bshape("_b", (1, 3, 4, 1))}, lambda a, b: a != b),
+    ("Not", X, lambda a: a == 0),
+    ("IsNaN", X, lambda a: a != a),
+    ("IsInf", X, lambda a: a.abs() == math.inf),
+]
 
 
 def as_tuple(result: object) -> tuple[torch.Tensor, ...]:
@@ -171,6 +193,19 @@ def test_backward_equals_autograd_of_torchs_own_operators(op_type, params, refer
     assert len(got) == len(expected)
     for g, e in zip(got, expected, strict=True):
         torch.testing.assert_close(g, e, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("op_type", "params", "reference"), LOGIC_CASES, ids=[c[0] for c in LOGIC_CASES])
+def test_comparisons_logic_and_predicates_give_torchs_booleans_and_refuse_a_backward(op_type, params, reference):
+    torch.manual_seed(0)
+    timed = tk.KERNELS[op_type]({**params, "mode": 0}, CPU, F32)
+    got = timed()
+    assert got.dtype == torch.bool and got.shape == (2, 3, 4, 5)
+    torch.testing.assert_close(got, reference(*timed.inputs).expand(2, 3, 4, 5))
+    if op_type == "Equal":
+        assert 0 < got.float().mean() < 1  # operands that are sometimes equal
+    with pytest.raises(UnsupportedRow, match="no gradient"):
+        tk.KERNELS[op_type]({**params, "mode": 1}, CPU, F32)
 
 
 def test_a_casts_output_has_the_target_type_and_integer_targets_have_no_gradient() -> None:
@@ -230,6 +265,12 @@ def test_every_glue_operator_has_a_kernel_and_a_registry_entry_with_its_descript
         ("ReduceMean", {**X, "reduce_C": 1, "reduce_W": 1, "mode": 0}, 120, 4 * (120 + 8)),
         ("LRN", {**X, "size": 5, "mode": 0}, 13 * 120, 4 * 240),
         ("Where", {**X, **bshape("_b", (2, 3, 4, 5)), **bshape("_c", (2, 3, 4, 5)), "mode": 0}, 120, 120 + 4 * 360),
+        # a boolean result is one byte per element; there is no backward pass
+        ("Equal", {**X, **bshape("_b", (1, 3, 1, 5)), "mode": 0}, 120, 4 * (120 + 15) + 120),
+        ("Equal", {**X, **bshape("_b", (1, 3, 1, 5)), "mode": 1}, 0, 0),
+        ("And", {**X, **bshape("_b", (2, 3, 4, 5)), "mode": 0}, 120, 3 * 120),
+        # GatherElements reads as many values as it writes, plus one int64 index each
+        ("GatherElements", {**X, **bshape("_b", (2, 3, 7, 5)), "axis": 2, "mode": 0}, 0, 2 * 4 * 210 + 8 * 210),
     ],
 )
 def test_flops_and_bytes_follow_the_tensors_read_and_written(op_type, params, flops, moved) -> None:

@@ -17,7 +17,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from dlbench.core.descriptors import DESCRIPTORS
-from dlbench.core.glue import GLUE_OP_TYPES, glue_tensors
+from dlbench.core.glue import GLUE_OP_TYPES, NON_DIFFERENTIABLE, glue_tensors
 from dlbench.core.shapes import rank4
 from dlbench.onnx.attributes import read_attributes
 from dlbench.onnx.describe import NoCanonicalForm, describe_known
@@ -114,7 +114,8 @@ def check_against_inference(op_type: str, params: Any, outs: tuple) -> None:
 
 def test_every_glue_node_of_an_exported_module_describes_its_own_output(glue_model: Path) -> None:
     nodes = described_nodes(glue_model)
-    assert {n.op_type for n, *_ in nodes} == set(GLUE_OP_TYPES) - {"Sum", "Min", "LRN"}
+    absent = {"Sum", "Min", "LRN", "GatherElements", *NON_DIFFERENTIABLE} - {"Greater", "Equal"}  # x > 0, expand
+    assert {n.op_type for n, *_ in nodes} == set(GLUE_OP_TYPES) - absent
     for node, params, _, outs in nodes:
         assert params is not None, node.op_type
         check_against_inference(node.op_type, params, outs)
@@ -239,3 +240,13 @@ def test_constant_values_may_be_numpy_arrays_as_extraction_folds_them() -> None:
     assert [tile[f"repeats_{i}"] for i in range(4)] == [1, 1, 2, 1]
     every = dict(describe_known("ReduceMean", [(2, 3), (0,)], {}, 18, True, values=[None, np.array([], np.int64)]))
     assert [every[f"reduce_{d}"] for d in "NCHW"] == [0, 0, 1, 1]  # empty axes: all of them
+
+
+def test_comparisons_logic_predicates_and_gather_elements_get_their_descriptors() -> None:
+    equal = dict(describe_known("Equal", [(1, 16), (16,)], {}, 17, True))
+    assert (equal["H"], equal["W"], equal["H_b"], equal["W_b"], equal["mode"]) == (1, 16, 1, 16, 0)
+    assert [d for d, _ in describe_known("And", [(2, 3), (2, 3)], {}, 17, True)] == DESCRIPTORS["And"]
+    assert dict(describe_known("IsNaN", [(2, 3)], {}, 17, True)) == dict(N=1, C=1, H=2, W=3, mode=0)
+    gathered = dict(describe_known("GatherElements", [(4, 9), (4, 2)], {"axis": 1}, 17, True))
+    assert gathered == dict(N=1, C=1, H=4, W=9, N_b=1, C_b=1, H_b=4, W_b=2, axis=3, mode=0)
+    assert glue_tensors("GatherElements", gathered).outputs == ((1, 1, 4, 2),)

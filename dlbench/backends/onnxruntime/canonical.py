@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from dlbench.core.glue import BINARY, GLUE_OP_TYPES, InvalidParameters, glue_tensors, integer
+from dlbench.core.glue import GLUE_OP_TYPES, InvalidParameters, glue_tensors, integer
 from dlbench.core.nodes import AttributeSpec, NodeSpec, TensorSpec
 from dlbench.core.values import Number
 
@@ -152,9 +152,15 @@ def _glue_node(op_type: str, p: Mapping[str, Number]) -> NodeSpec:
         return _node("Transpose", [_tensor(x)], perm=_ints(*(integer(p, f"perm_{i}", i) for i in range(4))))
     if op_type in ("ReduceMean", "ReduceSum"):
         axes = [i for i, d in enumerate("NCHW") if integer(p, f"reduce_{d}", 0)]
-        return _node(op_type, [_tensor(x), _tensor((len(axes),), "int64", True, axes)], keepdims=1)
+        return _node(
+            op_type, [_tensor(x), _tensor((len(axes),), "int64", True, axes)], keepdims=1,
+            noop_with_empty_axes=int(not axes),  # as the torch kernel: no axis, no reduction
+        )  # fmt: skip
     if op_type == "Pow" and all(d == 1 for d in tensors.inputs[1]):  # a constant exponent, as the torch kernel
         return _node("Pow", [_tensor(x), _tensor(tensors.inputs[1], weight=True, values=[2.0])])
-    inputs = [_tensor(s) for s in tensors.inputs]
-    assert op_type in (*BINARY, "Sum", "Max", "Min", "Sqrt", "Erf", "Tanh", "Sigmoid", "Exp", "Log", "Neg")
+    # pointwise, broadcasting arithmetic, comparisons, logic, GatherElements: inputs of their kinds
+    dtypes = {"float": "float32", "bool": "bool", "index": "int64"}
+    inputs = [_tensor(shape, dtypes[kind]) for shape, kind in zip(tensors.inputs, tensors.kinds, strict=True)]
+    if op_type == "GatherElements":
+        return _node(op_type, inputs, axis=integer(p, "axis", 0) % 4)
     return _node(op_type, inputs)

@@ -10,7 +10,9 @@ from dlbench.backends.torch.arithmetic import binary_kernel, power, variadic_ker
 from dlbench.backends.torch.conv import conv
 from dlbench.backends.torch.elementwise import add, relu, sgd, softmax
 from dlbench.backends.torch.gemm import gemm
-from dlbench.backends.torch.movement import concat, expand, gather, slice_, split, tile, transpose
+from dlbench.backends.torch.logic import FUNCTIONS as LOGIC
+from dlbench.backends.torch.logic import logic_kernel
+from dlbench.backends.torch.movement import concat, expand, gather, gather_elements, slice_, split, tile, transpose
 from dlbench.backends.torch.norm import batchnorm, layernorm
 from dlbench.backends.torch.params import Kernel
 from dlbench.backends.torch.pointwise import FUNCTIONS, cast, gelu, pointwise_kernel
@@ -48,6 +50,8 @@ KERNELS: dict[str, Kernel] = {
     "ReduceMean": reduce_kernel("ReduceMean"),
     "ReduceSum": reduce_kernel("ReduceSum"),
     "LRN": lrn,
+    "GatherElements": gather_elements,
+    **{op_type: logic_kernel(op_type) for op_type in LOGIC},
 }
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

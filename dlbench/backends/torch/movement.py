@@ -82,6 +82,18 @@ def gather(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pas
     return autograd_pass(lambda t, i: torch.index_select(t, axis, i), [data, indices], [0])
 
 
+def gather_elements(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass:
+    """torch.gather with indices uniform over the axis; its gradient scatters back (autograd's scatter_add)."""
+    tensors = glue("GatherElements", p)
+    data_shape, index_shape = tensors.inputs
+    axis = integer(p, "axis", 0) % 4
+    data = torch.randn(data_shape, device=device, dtype=dtype)
+    indices = torch.randint(0, data_shape[axis], index_shape, device=device)
+    if mode_of(p) == 0:
+        return Pass(lambda: torch.gather(data, axis, indices), (data, indices))
+    return autograd_pass(lambda t, i: torch.gather(t, axis, i), [data, indices], [0])
+
+
 def expand(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass:
     (out,) = glue("Expand", p).outputs
     (x,) = _inputs("Expand", p, device, dtype)
