@@ -127,6 +127,8 @@ class RegistryEntry:
     #: the passes one reported time covers, e.g. [forward, backward_data, backward_weights] for a program
     #: that times a whole training step of a layer; empty: the operation's own pass. FLOPs follow.
     passes: list[str] = field(default_factory=list)
+    #: the executable also reads ``<input stem>_nodes.json``: each operation's ONNX node (operators.protocol)
+    node_file: bool = False
 
 
 @dataclass

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from dlbench.core.interference import InterferenceReport
 
+from dlbench.core.nodes import NodeSpec
+
 Number = int | float
 
 #: Time units the executable protocol understands, as factors to milliseconds.
@@ -24,7 +26,8 @@ class Operation:
     ``params`` are (descriptor, value) pairs in the order they were produced, descriptors in the original
     tool's style (``N, C, H, W, K, kernel_shape_0, ...``; ``?`` for a positional value with no name).
     ``input_shapes`` are the operator's input tensor shapes where known (used by ``permutation``
-    strategies); ``nodes`` names the ONNX nodes (or config entries) the operation stands for.
+    strategies); ``nodes`` names the ONNX nodes (or config entries) the operation stands for; ``node`` is
+    the ONNX node itself (:class:`dlbench.core.nodes.NodeSpec`) where the operation was extracted from one.
     """
 
     id: int
@@ -39,6 +42,7 @@ class Operation:
     #: the passes one measured time covers when the implementation times several at once (registry
     #: ``passes``, e.g. forward + backward_data + backward_weights); ``flops``/``bytes_moved`` cover them all
     timed_passes: tuple[str, ...] = ()
+    node: NodeSpec | None = None
 
     @property
     def param_dict(self) -> dict[str, Number]:

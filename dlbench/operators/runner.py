@@ -18,10 +18,12 @@ from dlbench.operators.align import AlignmentError, align_operation, misfit
 from dlbench.operators.protocol import (
     ProtocolError,
     ids_written,
+    nodes_path_for,
     output_path_for,
     parse_output,
     samples_path_for,
     write_input,
+    write_nodes,
 )
 from dlbench.operators.registry import OperatorBenchmark
 
@@ -100,6 +102,9 @@ def measure_operations(
     if not rows:
         return SweepResult(measurements, run_error="no operation could be aligned to param_descr"), files
     write_input(files.input_csv, rows)
+    if benchmark.node_file:  # the executable reads each operation's ONNX node beside the input
+        aligned = {op_id for op_id, _ in rows}
+        write_nodes(nodes_path_for(files.input_csv), [op for op in operations if op.id in aligned])
     files.output_csv.unlink(missing_ok=True)
     command = [*benchmark.command, str(files.input_csv)]
     interrupted = False

@@ -13,6 +13,7 @@ import torch.nn.functional as F
 
 from dlbench.backends.torch import kernels as tk
 from dlbench.core.descriptors import DESCRIPTORS
+from dlbench.core.glue import NON_DIFFERENTIABLE
 from dlbench.operators.protocol import parse_output, write_input
 
 CPU, F32 = torch.device("cpu"), torch.float32
@@ -110,6 +111,7 @@ def test_every_operator_and_mode_runs_on_small_shapes() -> None:
         axis=3,
     )
     modes = {"Conv": (0, 1, 2), "BatchNormalization": (0, 1, 2), "Gemm": (0,), "MatMul": (0,), "Add": (0,)}
+    modes.update({op_type: (0,) for op_type in NON_DIFFERENTIABLE})  # boolean results have no gradient
     for op_type, kernel in tk.KERNELS.items():
         for mode in modes.get(op_type, (0, 1)):
             result = kernel({**small, "mode": mode}, CPU, F32)()
