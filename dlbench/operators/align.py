@@ -88,8 +88,13 @@ def align_operation(
     param_descr: Sequence[str],
     permutations: Sequence[Permutation] = (),
     entry_name: str = "",
+    whole_operation_given: bool = False,
 ) -> list[Number]:
     """Parameter values for ``operation`` in ``param_descr`` order.
+
+    A descriptor dropped on the way makes the operation unsupported when its value changes the problem
+    (see :mod:`dlbench.operators.neutral`), unless ``whole_operation_given``: the executable reads every
+    descriptor and the node itself from the node file, so nothing is lost.
 
     1. Every descriptor found by name: reorder, discard the surplus.
     2. Otherwise the first permutation strategy that fits the operation's input shapes.
@@ -98,7 +103,8 @@ def align_operation(
     """
     named = operation.param_dict
     if all(d in named for d in param_descr):
-        _refuse_changed_problem(operation, param_descr, (), entry_name)
+        if not whole_operation_given:
+            _refuse_changed_problem(operation, param_descr, (), entry_name)
         return [named[d] for d in param_descr]
     for strategy in permutations:
         values = strategy.apply(operation.input_shapes)
@@ -108,7 +114,8 @@ def align_operation(
                     f"{entry_name}: permutation {strategy.text!r} yields {len(values)} values, "
                     f"param_descr has {len(param_descr)}"
                 )
-            _refuse_changed_problem(operation, param_descr, (), entry_name)
+            if not whole_operation_given:
+                _refuse_changed_problem(operation, param_descr, (), entry_name)
             return values
     unmatched = [(d, v) for d, v in operation.params if d == "?" or d not in param_descr]
     leftovers = [v for _, v in unmatched]
@@ -118,7 +125,8 @@ def align_operation(
             f"{entry_name}: operation {operation.id} ({operation.label}) lacks "
             f"{', '.join(missing)}; it has {', '.join(d for d, _ in operation.params) or 'no parameters'}"
         )
-    _refuse_changed_problem(operation, param_descr, [d for d, _ in unmatched[: len(missing)]], entry_name)
+    if not whole_operation_given:
+        _refuse_changed_problem(operation, param_descr, [d for d, _ in unmatched[: len(missing)]], entry_name)
     log.warning(
         "%s: operation %s: descriptors %s not found by name; assigned by order from the unmatched parameters",
         entry_name,

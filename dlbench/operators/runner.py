@@ -96,7 +96,10 @@ def measure_operations(
     rows = []
     for op in operations:
         try:
-            rows.append((op.id, align_operation(op, benchmark.param_descr, benchmark.permutations, benchmark.name)))
+            values = align_operation(
+                op, benchmark.param_descr, benchmark.permutations, benchmark.name, benchmark.node_file
+            )
+            rows.append((op.id, values))
         except AlignmentError as err:
             measurements[op.id] = misfit(op.id, err)
     if not rows:
