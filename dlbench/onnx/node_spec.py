@@ -22,45 +22,6 @@ class NodeSpecError(ValueError):
     """A node that cannot be described for running alone (the message says why)."""
 
 
-def element_types(model: Any) -> dict[str, int]:
-    """The element type of every tensor of ``model`` (ONNX type inference; initializers, inputs, outputs)."""
-    import onnx
-
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False)
-    except (onnx.shape_inference.InferenceError, RuntimeError):
-        inferred = model
-    graph = inferred.graph
-    types: dict[str, int] = {}
-    for value in [*graph.input, *graph.value_info, *graph.output]:
-        if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type:
-            types[value.name] = int(value.type.tensor_type.elem_type)
-    for tensor in graph.initializer:
-        types[tensor.name] = int(tensor.data_type)
-    for node in graph.node:
-        if node.op_type == "Constant" and node.output:
-            for attr in node.attribute:
-                if attr.name == "value":
-                    types[node.output[0]] = int(attr.t.data_type)
-    return types
-
-
-def constant_values(graph: Any, limit: int = MAX_INDEX_VALUES) -> dict[str, Any]:
-    """The values (numpy arrays) of the initializers and Constant outputs with at most ``limit`` elements."""
-    import onnx.numpy_helper
-
-    values: dict[str, Any] = {}
-    for tensor in graph.initializer:
-        if math.prod(tensor.dims) <= limit and tensor.data_location != onnx.TensorProto.EXTERNAL:
-            values[tensor.name] = onnx.numpy_helper.to_array(tensor)
-    for node in graph.node:
-        if node.op_type == "Constant" and node.output:
-            for attr in node.attribute:
-                if attr.name == "value" and math.prod(attr.t.dims) <= limit:
-                    values[node.output[0]] = onnx.numpy_helper.to_array(attr.t)
-    return values
-
-
 def _type_name(number: int | None, what: str) -> str:
     if number is None or number not in ELEMENT_TYPE_NAMES:
         raise NodeSpecError(f"{what}: element type {number} unknown or not supported")

@@ -23,9 +23,7 @@ from dlbench.backends.onnxruntime.run import prepared, session_options
 from dlbench.core.glue import InvalidParameters, glue_tensors
 from dlbench.core.nodes import AttributeSpec, NodeSpec, TensorSpec
 from dlbench.core.values import Operation
-from dlbench.onnx.extract import extract_operations, node_operation
-from dlbench.onnx.load import light_model
-from dlbench.onnx.node_spec import constant_values, element_types, node_spec
+from dlbench.onnx.extract import extract_operations
 from dlbench.operators.protocol import NodeEntry, ProtocolError, nodes_path_for, read_nodes, write_nodes
 from dlbench.operators.registry import load_registry
 from dlbench.operators.runner import RunSettings, measure_operations
@@ -48,21 +46,10 @@ class Sample(nn.Module):
 
 
 def operations_with_nodes(path: Path, batch: int) -> list[Operation]:
-    """Extracted operations carrying their ONNX nodes (what extraction hands the onnxruntime backend)."""
-    extraction = extract_operations(path, batch)
-    model = onnx.load(path)
-    light, _ = light_model(model)
-    types, values = element_types(light), constant_values(model.graph)
-    opsets = {o.domain or "": o.version for o in model.opset_import}
-    return [
-        dataclasses.replace(
-            node_operation(i, rec),
-            node=node_spec(
-                model.graph.node[rec.index], opsets, rec.input_shapes, rec.output_shapes, types, rec.constant, values
-            ),
-        )
-        for i, rec in enumerate(extraction.nodes)
-    ]
+    """Extracted operations: each carries its ONNX node, which the onnxruntime backend runs."""
+    operations = extract_operations(path, batch).operations()
+    assert all(op.node is not None for op in operations)
+    return operations
 
 
 @pytest.fixture(scope="module")
