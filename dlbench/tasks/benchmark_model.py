@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from dlbench.analysis.report import log_sweep, print_summary
+from dlbench.analysis.report import log_sweep, log_workload, print_summary
 from dlbench.analysis.results import summary_metrics, time_by_op_type
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
@@ -22,7 +22,7 @@ from dlbench.operators.measure import measure_with_progress, raise_for_result, s
 from dlbench.operators.plan import coverage_frame, plan_benchmarks, print_coverage
 from dlbench.operators.registry import load_registry
 from dlbench.operators.runner import run_settings
-from dlbench.tracking.runs import open_run
+from dlbench.tracking.runs import job_run_name, open_run
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
         "benchmarks": ",".join(entry.name for entry, _ in plan.assignments),
     }
     model_tags = extraction_tags(extraction)
-    name = f"{extraction.model_name}-{cfg.backend}-bs{cfg.batch_size}-{device}"
+    name = job_run_name(cfg, extraction.model_name, [cfg.backend], device)
     with open_run(
         cfg, ctx, kind="model_benchmark", benchmark=extraction.model_name, name=name, params=params, tags=model_tags
     ) as parent:
@@ -80,7 +80,7 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
         node_share = float(coverage.loc[coverage["status"] == "served", "nodes"].sum()) / (extraction.total_nodes or 1)
         parent.log_metrics({"nodes_served_fraction": node_share})
         for entry, ops in plan.assignments:
-            run_name = f"{extraction.model_name}-{entry.name}-bs{cfg.batch_size}-{device}"
+            run_name = job_run_name(cfg, extraction.model_name, [entry.name], device)
             child_params = {
                 **sweep_params(cfg, entry, extraction.model_name, len(ops), device),
                 "op_type": ",".join(sorted({op.op_type for op in ops})),
@@ -92,6 +92,8 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
                     params=child_params, implementation=entry.name,
                     tags={**model_tags, EXTRACTION_RUN_TAG: parent.run_id}, parent_run_id=parent.run_id,
                 ) as child:  # fmt: skip
+                    op_types = "+".join(sorted({op.op_type.lower() for op in ops}))
+                    log_workload(child, ops, f"{extraction.model_name}-{op_types}", str(extraction.path))
                     result, files = measure_with_progress(
                         entry,
                         ops,
@@ -104,7 +106,7 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
                     results.insert(4, "pass", [unfolding.pass_of(op.id) for op in ops])
                     child.log_table(results, "results.csv")
                     print_summary(results, run_name, child.run_id)
-                    model_total_ms += summary_metrics(results).get("network_total_ms", 0.0)
+                    model_total_ms += summary_metrics(results).get("total_time_ms", 0.0)
                     measured.append(results)
                     raise_for_result(entry.name, result)
             except TaskFailed as err:

@@ -40,7 +40,7 @@ from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import plan_benchmarks
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
-from dlbench.tracking.runs import open_run
+from dlbench.tracking.runs import job_run_name, open_run
 from dlbench.training.scripts import export_model, run_training, training_entry
 
 #: The optimizer update's op_type; training runs PyTorch's optimizer whatever the backend measures
@@ -114,7 +114,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
 
-    name = f"evaluate-{bench.name}-{cfg.backend}-bs{cfg.batch_size}-{device}"
+    name = job_run_name(cfg, bench.name, ["eval", cfg.backend], device)
     params = {
         "benchmark": bench.name,
         "training": entry.name,
