@@ -31,7 +31,7 @@ def finish_sweep_run(sweep, swept: Sequence[str], completed: bool) -> str:
     from dlbench.analysis.report import NOTE_TAG
     from dlbench.analysis.sweep import summarize_sweep, sweep_figures, sweep_note
     from dlbench.tracking.sweep import attach_sweep_run, child_runs
-    from dlbench.tracking.ui import compare_link, run_link
+    from dlbench.tracking.ui import compare_link, experiment_link, run_link, ui_command
 
     run = attach_sweep_run(sweep)
     children = child_runs(sweep)
@@ -62,4 +62,7 @@ def finish_sweep_run(sweep, swept: Sequence[str], completed: bool) -> str:
     finished = [r for r, s in zip(summary.jobs["run_id"], summary.jobs["status"], strict=True) if s == FINISHED]
     if len(finished) > 1:
         print(f"its job runs side by side: {compare_link(sweep.target, sweep.experiment_id, finished)}")
+    print(
+        f"all runs of the experiment: {experiment_link(sweep.target, sweep.experiment_id)} ({ui_command(sweep.target)})"
+    )
     return status

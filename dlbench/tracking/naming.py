@@ -3,6 +3,7 @@ dlbench command as a run's source, and metric values rounded to the precision a 
 
 from __future__ import annotations
 
+import getpass
 import math
 import re
 import shlex
@@ -58,3 +59,11 @@ def metric_key(*parts: str) -> str:
 def dlbench_command(overrides: Iterable[str], multirun: bool = False) -> str:
     """The command line that reproduces a run: ``python -m dlbench [-m] OVERRIDES``."""
     return shlex.join(["python", "-m", "dlbench", *(["-m"] if multirun else []), *overrides])
+
+
+def user_name() -> str:
+    """Who ran it (the UI's "Created by"); empty where the system has no name for the user."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # a container user without a passwd entry
+        return ""

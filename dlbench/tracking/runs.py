@@ -4,13 +4,12 @@ command as the run's source)."""
 
 from __future__ import annotations
 
-import getpass
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
-from dlbench.tracking.naming import dlbench_command, run_name
+from dlbench.tracking.naming import dlbench_command, run_name, user_name
 from dlbench.tracking.run import TrackedRun
 from dlbench.tracking.store import TrackingTarget, prepare_store, resolve_tracking
 from dlbench.tracking.ui import publish_view
@@ -58,17 +57,9 @@ def run_tags(ctx: AppContext, kind: str, benchmark: str, implementation: str = "
         tags["dlbench.overrides"] = " ".join(ctx.overrides)
     tags["mlflow.source.name"] = dlbench_command(ctx.overrides)  # the UI's "Source" column
     tags["mlflow.source.type"] = "LOCAL"
-    user = _user()
-    if user:
-        tags.setdefault("mlflow.user", user)
+    if user_name():
+        tags.setdefault("mlflow.user", user_name())
     return tags
-
-
-def _user() -> str:
-    try:
-        return getpass.getuser()
-    except (KeyError, OSError):  # a container user without a passwd entry
-        return ""
 
 
 def open_run(

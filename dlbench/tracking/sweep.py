@@ -45,14 +45,16 @@ def start_sweep_run(
 ) -> SweepHandle:
     """Open the sweep's run (it stays RUNNING until :func:`end_sweep_run`); a run named by
     ``DLBENCH_PARENT_RUN_ID`` (an MLflow Project's) becomes its parent."""
+    from dlbench.tracking.naming import user_name
     from dlbench.tracking.system import hardware_tags
 
     experiment_id = prepare_store(target, timeout_s)
+    user = {"mlflow.user": user_name()} if user_name() else {}
     run = TrackedRun(
         target,
         name,
         params,
-        {**hardware_tags(), "dlbench.kind": SWEEP_KIND, **tags},
+        {**hardware_tags(), **user, "dlbench.kind": SWEEP_KIND, **tags},
         parent_run_id=os.environ.get(PARENT_ENV) or None,
         experiment_id=experiment_id,
     ).start()

@@ -39,7 +39,7 @@ VIEW_COLUMNS = (
     ("attributes", "Source"),
 )
 #: Widths in pixels where the UI's default (100) would cut the value or the header
-VIEW_WIDTHS = {("attributes", "Run Name"): 240, ("attributes", "Dataset"): 180, ("attributes", "Source"): 260,
+VIEW_WIDTHS = {("attributes", "Run Name"): 280, ("attributes", "Dataset"): 180, ("attributes", "Source"): 260,
                ("params", "implementation"): 130, **{("metrics", name): 150 for kind, name in VIEW_COLUMNS
                                                       if kind == "metrics"}}  # fmt: skip
 #: The UI's own columns that come first: selection, run name, start time (and nesting)
@@ -68,7 +68,12 @@ def run_link(target: TrackingTarget, experiment_id: str, run_id: str) -> str:
 def compare_link(target: TrackingTarget, experiment_id: str, run_ids: Sequence[str]) -> str:
     """MLflow's compare page for ``run_ids`` (params, metrics and plots side by side)."""
     query = urllib.parse.urlencode(
-        {"runs": json.dumps(list(run_ids)), "experiments": json.dumps([experiment_id])}, quote_via=urllib.parse.quote
+        {
+            "runs": json.dumps(list(run_ids)),
+            "experiments": json.dumps([experiment_id]),
+            "workflowType": "machine_learning",
+        },
+        quote_via=urllib.parse.quote,
     )
     return f"{ui_base(target)}/#/compare-runs?{query}"
 

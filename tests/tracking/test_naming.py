@@ -68,6 +68,7 @@ def test_links_open_the_model_training_view_with_dlbench_columns() -> None:
     )
     compare = urllib.parse.parse_qs(compare_link(server, "3", ["a", "b"]).split("?", 1)[1])
     assert json.loads(compare["runs"][0]) == ["a", "b"] and json.loads(compare["experiments"][0]) == ["3"]
+    assert compare["workflowType"] == ["machine_learning"]
     assert ui_command(local) == "mlflow ui --backend-store-uri sqlite:////tmp/x/mlflow.db"
 
 
