@@ -26,6 +26,7 @@ from dlbench.analysis.predict import (
     prediction_metrics,
     time_breakdown,
 )
+from dlbench.analysis.report import log_workload
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.device import resolve_device
@@ -149,6 +150,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         facts = graph_facts(model_path, cfg.batch_size).with_inferred_outputs(extraction.nodes)
         step = training_step(forward, unfolding, facts, table.training)
         run.set_tags({"dlbench.model_sha256": extraction.sha256})
+        log_workload(run, step.operations, f"{bench.name}-training-step", str(model_path))
         run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations)})
         log.info("training %s for %d steps (profiling %d)", entry.name, cfg.steps, cfg.profile.batches)
         profile_dir, process = run_training(cfg, entry, arguments, workdir)
