@@ -92,7 +92,8 @@ def mark_repeats(runs: pd.DataFrame) -> pd.DataFrame:
     if runs.empty:
         return runs.assign(repeats=pd.Series(dtype=int), superseded_by=pd.Series(dtype=object))
     out = runs.copy()
-    key = out[[c for c in CONFIGURATION if c in out.columns]].astype(str).agg("|".join, axis=1)
+    columns = out[[c for c in CONFIGURATION if c in out.columns]]
+    key = pd.Series(["|".join(map(str, row)) for row in columns.itertuples(index=False)], index=out.index)
     rank = out.assign(_key=key, _finished=out["status"] == "FINISHED").sort_values(
         ["_key", "_finished", "start_time"], ascending=[True, False, False], kind="stable"
     )
