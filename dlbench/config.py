@@ -63,6 +63,19 @@ class MlflowConfig:
     experiment: str = ""
     run_name: str = ""
     connect_timeout_s: float = 10.0
+    #: per-operation metrics (op/<name>/...) for at most this many operations, the costliest; all are in
+    #: results.csv
+    max_operation_metrics: int = 200
+    #: seconds between MLflow system-metrics samples (CPU, memory, GPU) while a run measures; 0: off
+    system_metrics_interval_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.max_operation_metrics < 0:
+            raise ValueError(f"mlflow.max_operation_metrics must be >= 0 (0: none), got {self.max_operation_metrics}")
+        if self.system_metrics_interval_s < 0:
+            raise ValueError(
+                f"mlflow.system_metrics_interval_s must be >= 0 (0: off), got {self.system_metrics_interval_s}"
+            )
 
 
 @dataclass

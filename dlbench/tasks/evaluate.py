@@ -26,6 +26,7 @@ from dlbench.analysis.predict import (
     prediction_metrics,
     time_breakdown,
 )
+from dlbench.analysis.report import log_workload
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.device import resolve_device
@@ -40,7 +41,7 @@ from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import plan_benchmarks
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
-from dlbench.tracking.runs import open_run
+from dlbench.tracking.runs import job_run_name, open_run
 from dlbench.training.scripts import export_model, run_training, training_entry
 
 #: The optimizer update's op_type; training runs PyTorch's optimizer whatever the backend measures
@@ -116,7 +117,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     shutil.rmtree(workdir, ignore_errors=True)
     workdir.mkdir(parents=True)
 
-    name = f"evaluate-{bench.name}-{cfg.backend}-bs{cfg.batch_size}-{device}"
+    name = job_run_name(cfg, bench.name, ["eval", cfg.backend], device)
     params = {
         "benchmark": bench.name,
         "training": entry.name,
@@ -151,6 +152,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         facts = graph_facts(model_path, cfg.batch_size).with_inferred_outputs(extraction.nodes)
         step = training_step(forward, unfolding, facts, table.training)
         run.set_tags({"dlbench.model_sha256": extraction.sha256})
+        log_workload(run, step.operations, f"{bench.name}-training-step", str(model_path))
         run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations)})
         log.info("training %s for %d steps (profiling %d)", entry.name, cfg.steps, cfg.profile.batches)
         profile_dir, process = run_training(cfg, entry, arguments, workdir)

@@ -59,7 +59,7 @@ def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_
     assert (gemm["status"] == "ok").all() and (gemm["benchmark_ms"] > 0).all()
     assert gemm["in_training_ms"].sum() > 0
     predicted = (operations["benchmark_ms"].fillna(0) * operations["occurrences"]).sum()
-    assert abs(predicted - m["step_time_predicted_ms"]) <= 1e-6 * predicted
+    assert abs(predicted - m["step_time_predicted_ms"]) <= 5e-4 * predicted  # metrics keep 4 significant digits
     per_type = table(store, run.info.run_id, "op_types.csv").set_index("op_type")
     assert {"Gemm", "Relu", "Softmax", "SGD"} <= set(per_type.index)
     assert bool(per_type.loc["SGD", "covered"])
