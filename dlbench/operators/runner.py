@@ -15,15 +15,14 @@ from dlbench.core.process import ProcessResult, run_command
 from dlbench.core.settings import EXECUTABLE_SETTINGS, default, to_environment
 from dlbench.core.values import Measurement, Operation, SweepResult, TimeStats
 from dlbench.operators.align import AlignmentError, align_operation, misfit
+from dlbench.operators.node_file import nodes_path_for, write_nodes
 from dlbench.operators.protocol import (
     ProtocolError,
     ids_written,
-    nodes_path_for,
     output_path_for,
     parse_output,
     samples_path_for,
     write_input,
-    write_nodes,
 )
 from dlbench.operators.registry import OperatorBenchmark
 

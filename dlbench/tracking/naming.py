@@ -51,9 +51,11 @@ def run_name(benchmark: str, parts: Sequence[str], batch_size: int, dtype: str, 
 
 def metric_key(*parts: str) -> str:
     """``parts`` joined by ``/`` as a key MLflow accepts (letters, digits, ``_-. :/``; other characters become
-    ``_``), at most 250 characters."""
-    key = "/".join(_NOT_IN_KEY.sub("_", part) for part in parts)
-    return key[:MAX_KEY_CHARS]
+    ``_``), at most 250 characters. Empty, ``.`` and ``..`` segments are dropped or replaced, as MLflow refuses
+    a key that reads as a different file path (ONNX node names such as ``/layers/layers.0/Gemm`` start with ``/``)."""
+    segments = [_NOT_IN_KEY.sub("_", s) for part in parts for s in part.split("/") if s]
+    key = "/".join("_" if s in (".", "..") else s for s in segments)
+    return key[:MAX_KEY_CHARS].rstrip("/")
 
 
 def dlbench_command(overrides: Iterable[str], multirun: bool = False) -> str:

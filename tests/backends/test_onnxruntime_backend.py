@@ -24,7 +24,8 @@ from dlbench.core.glue import InvalidParameters, glue_tensors
 from dlbench.core.nodes import AttributeSpec, NodeSpec, TensorSpec
 from dlbench.core.values import Operation
 from dlbench.onnx.extract import extract_operations
-from dlbench.operators.protocol import NodeEntry, ProtocolError, nodes_path_for, read_nodes, write_nodes
+from dlbench.operators.node_file import NodeEntry, nodes_path_for, read_nodes, write_nodes
+from dlbench.operators.protocol import ProtocolError
 from dlbench.operators.registry import load_registry
 from dlbench.operators.runner import RunSettings, measure_operations
 

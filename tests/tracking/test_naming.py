@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import posixpath
 import shlex
 import urllib.parse
 
@@ -46,6 +47,13 @@ def test_metric_keys_keep_slashes_and_replace_what_mlflow_refuses() -> None:
     assert metric_key("op", "layer1.0/conv1:Conv", "median_ms") == "op/layer1.0/conv1:Conv/median_ms"
     assert metric_key("op", "conv.operations[3]", "median_ms") == "op/conv.operations_3_/median_ms"
     assert len(metric_key("op", "x" * 400, "median_ms")) == 250
+
+
+def test_metric_keys_of_onnx_node_names_are_paths_mlflow_accepts() -> None:
+    for name in ("/layers/layers.0/Gemm", "a//b/", "./x/../y", "/"):
+        key = metric_key("op", name, "median_ms")
+        assert posixpath.normpath(key) == key and not key.startswith(("/", "..")), key
+    assert metric_key("op", "/layers/layers.0/Gemm", "median_ms") == "op/layers/layers.0/Gemm/median_ms"
 
 
 def test_source_is_the_command_that_reproduces_the_run() -> None:

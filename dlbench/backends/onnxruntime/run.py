@@ -13,7 +13,8 @@ from dlbench.backends.onnxruntime.model import OneNodeModel, UnrunnableNode, bui
 from dlbench.backends.timing import TimingSettings, time_repeated
 from dlbench.core.glue import InvalidParameters
 from dlbench.core.settings import from_environment
-from dlbench.operators.protocol import NodeEntry, nodes_path_for, output_path_for, read_input, read_nodes
+from dlbench.operators.node_file import NodeEntry, nodes_path_for, read_nodes
+from dlbench.operators.protocol import output_path_for, read_input
 
 DTYPES = ("float32", "float16", "bfloat16")
 
