@@ -1,8 +1,9 @@
-"""Hydra's side of parallel sweeps: create the MLflow store once before any job starts; how many jobs a
-launcher runs at once."""
+"""Hydra's side of parallel sweeps: create the MLflow store once before any job starts and end the runs earlier
+jobs left RUNNING when they died; how many jobs a launcher runs at once."""
 
 from __future__ import annotations
 
+import sys
 import warnings
 from pathlib import Path
 from typing import Any
@@ -30,10 +31,19 @@ class PrepareTracking(Callback):
             prepare_store(target, float(mlflow_cfg.get("connect_timeout_s", 10)))
         except TrackingError as err:
             raise SystemExit(f"dlbench: {err}") from err
+        _mark_lost_runs(target, float(config.get("gc", {}).get("stale_after_s", 300)))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if config.get("task", "run") != "list":
             self._prepare(config)
+
+
+def _mark_lost_runs(target: Any, stale_after_s: float) -> None:
+    """A sweep starts on a clean experiment: runs whose job died without ending them are marked FAILED."""
+    from dlbench.tracking.heartbeat import mark_lost_runs
+
+    for lost in mark_lost_runs(target, stale_after_s):
+        print(f"dlbench: run {lost.run_id} ({lost.run_name}) marked FAILED: {lost.reason}", file=sys.stderr)
 
 
 def launcher_parallelism(launcher: Any) -> int | None:

@@ -42,7 +42,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         params["operations_sha1"] = operations_digest(entry, operations)
         tags: dict[str, str] = {}
         workdir = ctx.output_dir / "protocol"
-        resume = find_resume_point(target, params) if cfg.resume else None
+        resume = find_resume_point(target, params, cfg.gc.stale_after_s) if cfg.resume else None
         todo = list(operations)
         if resume is not None:
             todo = [op for op in operations if op.id not in resume.done_ids]

@@ -12,6 +12,7 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
+from dlbench.tracking.heartbeat import DEFAULT_INTERVAL_S, Heartbeat, beat_tags
 from dlbench.tracking.secrets import redact, scrub
 from dlbench.tracking.store import TrackingTarget, mlflow_client, prepare_store, resolve_tracking, with_retry
 
@@ -36,7 +37,8 @@ class TrackedRun:
     as ``error.txt``; the exception propagates. ``attach`` joins an existing run without ending it.
 
     A run it creates carries the tag ``dlbench.run_id`` and, when ``config_yaml`` is given, the resolved
-    configuration as ``config.yaml``."""
+    configuration as ``config.yaml``; it beats every ``heartbeat_s`` seconds until it ends (a run whose job
+    dies without ending it is found by its silence: :mod:`dlbench.tracking.heartbeat`)."""
 
     def __init__(
         self,
@@ -48,6 +50,7 @@ class TrackedRun:
         run_id: str | None = None,
         experiment_id: str | None = None,
         config_yaml: str = "",
+        heartbeat_s: float = DEFAULT_INTERVAL_S,
     ) -> None:
         self.target = target
         self.run_name = run_name
@@ -60,6 +63,8 @@ class TrackedRun:
         self._config_yaml = config_yaml
         self.client: Any = None
         self.status = "RUNNING"
+        self._heartbeat_s = heartbeat_s
+        self._heartbeat: Heartbeat | None = None
 
     @classmethod
     def attach(cls, target: TrackingTarget, run_id: str) -> TrackedRun:
@@ -74,6 +79,7 @@ class TrackedRun:
             tags = {k: _param_text(v) for k, v in redact(self._tags).items()}
             if self.parent_run_id:
                 tags[PARENT_TAG] = self.parent_run_id
+            tags.update(beat_tags(self._heartbeat_s))
             run = with_retry(
                 lambda: self.client.create_run(experiment_id, run_name=scrub(self.run_name) or None, tags=tags),
                 "create run",
@@ -84,6 +90,8 @@ class TrackedRun:
                 self.log_text(self._config_yaml, "config.yaml")
         if self._params:
             self.log_params(self._params)
+        if self._owns:
+            self._heartbeat = Heartbeat(self.target, self.run_id, self._heartbeat_s).start()
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
@@ -104,6 +112,8 @@ class TrackedRun:
 
     def end(self, status: str = "FINISHED") -> None:
         self.status = status
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         with_retry(lambda: self.client.set_terminated(self.run_id, status=status), "end run")
 
     def log_params(self, params: Mapping[str, object]) -> None:

@@ -72,4 +72,5 @@ def open_run(
         parent_run_id=parent_run_id,
         experiment_id=place.experiment_id,
         config_yaml=ctx.config_yaml,
+        heartbeat_s=cfg.gc.heartbeat_s,
     )
