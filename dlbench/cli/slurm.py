@@ -31,8 +31,8 @@ NEVER_STARTS = frozenset(
 )
 #: seconds between two ``squeue`` calls (result files are looked for every second)
 QUEUE_POLL_S = 5.0
-#: seconds a job that left the queue gets for its result file to appear (shared file systems lag)
-RESULT_GRACE_S = 30.0
+#: seconds a job that ended gets for its result file to appear (shared file systems lag), as submitit allows
+RESULT_GRACE_S = 15.0
 
 
 class SlurmUnusable(SystemExit):
@@ -72,13 +72,15 @@ class QueueEntry:
     reason: str
 
 
-def queue_entries(array_ids: Sequence[str]) -> dict[str, QueueEntry]:
+def queue_entries(array_ids: Sequence[str]) -> dict[str, QueueEntry] | None:
     """``squeue`` for the given job ids, one entry per job or array task (``123`` or ``123_4``); jobs Slurm
-    has already forgotten are absent. Empty when ``squeue`` cannot answer (the caller asks again later)."""
+    has already forgotten are absent. None when ``squeue`` cannot answer (the caller asks again later)."""
     try:
         out = _slurm("squeue", "-h", "-r", "-t", "all", "-o", "%i|%T|%r", "-j", ",".join(sorted(set(array_ids))))
     except subprocess.TimeoutExpired:
-        return {}
+        return None
+    if out.returncode != 0 and "invalid job id" not in out.stderr.lower():
+        return None  # the controller is busy or restarting; a forgotten job is not an error
     entries = {}
     for line in out.stdout.splitlines():
         parts = line.strip().split("|")
@@ -149,7 +151,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
                 continue
             last_poll = time.monotonic()
             queue = queue_entries([job_id.split("_")[0] for job_id in waiting])
-            if not queue:
+            if queue is None:
                 continue
             for job_id, job in list(waiting.items()):
                 entry = queue.get(job_id)

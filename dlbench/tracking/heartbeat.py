@@ -21,6 +21,7 @@ HEARTBEAT_TAG = "dlbench.heartbeat"
 #: seconds between beats, so a collector never calls a run lost before it missed two of them
 INTERVAL_TAG = "dlbench.heartbeat_s"
 LOST_REASON = "heartbeat lost"
+RUNNING = "attributes.status = 'RUNNING'"
 DEFAULT_INTERVAL_S = 30.0
 DEFAULT_STALE_AFTER_S = 300.0
 
@@ -124,7 +125,7 @@ def lost_run(run_id: str, run_name: str, tags: Mapping[str, str], stale_after_s:
 def _running_runs(client: Any, experiment_id: str) -> list[Any]:
     def page(token: str | None) -> Any:
         return with_retry(
-            lambda: client.search_runs([experiment_id], "attributes.status = 'RUNNING'", 1000, page_token=token),
+            lambda: client.search_runs([experiment_id], RUNNING, max_results=1000, page_token=token),
             "search running runs",
         )
 
