@@ -94,7 +94,7 @@ def _check_database(uri: str, timeout_s: float) -> None:
     except ModuleNotFoundError as err:
         raise TrackingError(
             f"tracking store {shown}: its database driver {err.name!r} is not installed "
-            "(PostgreSQL: pip install 'dlbench[server]', which brings psycopg2-binary)"
+            "(PostgreSQL: pip install 'dlbench[server]', which brings psycopg2-binary and psycopg)"
         ) from None
     except sqlalchemy.exc.ArgumentError as err:
         raise TrackingError(f"tracking URI {shown}: {err}") from None

@@ -25,7 +25,13 @@ def postgres() -> Iterator[LocalPostgres]:
     reason = LocalPostgres.missing()
     if reason:
         pytest.skip(reason)
+    import sqlalchemy
+
     pytest.importorskip("psycopg2", reason="psycopg2 missing: pip install 'dlbench[server]'")
+    try:  # the driver SQLAlchemy picks for postgresql:// (psycopg from SQLAlchemy 2.1 on)
+        sqlalchemy.create_engine("postgresql://probe@127.0.0.1/probe")
+    except ModuleNotFoundError as err:
+        pytest.skip(f"the PostgreSQL driver {err.name} is missing: pip install 'dlbench[server]'")
     with LocalPostgres() as database:
         yield database
 
