@@ -58,6 +58,13 @@ def _runs(store: str, experiment: str) -> list:
     return [] if found is None else client.search_runs([found.experiment_id], max_results=1000)
 
 
+def _median_open_s(runs: list) -> float:
+    """Median seconds a run was open (the job's measuring and logging, not its start-up or queueing)."""
+    import statistics
+
+    return statistics.median((r.info.end_time - r.info.start_time) / 1000 for r in runs if r.info.end_time)
+
+
 def _max_at_once(runs: list) -> int:
     """The most runs that were open at the same moment (from their start and end times)."""
     events = sorted([(r.info.start_time, 1) for r in runs] + [(r.info.end_time or r.info.start_time, -1) for r in runs])
@@ -162,7 +169,7 @@ def main() -> None:
             finished = sum(r.info.status == "FINISHED" for r in runs)
             say(
                 f"  {name:10s}: {finished}/{args.jobs} runs FINISHED, runs lost {args.jobs - finished}, "
-                f"most runs open at once {_max_at_once(runs)}"
+                f"most runs open at once {_max_at_once(runs)}, median run open {_median_open_s(runs):.1f} s"
             )
         say(
             f"  SIGKILL of 1 of {args.kill_jobs} Slurm jobs ({before} -> {killed_at}): {kill_runs} runs in the store, "

@@ -29,6 +29,10 @@ SETTING = "hydra/launcher=submitit_slurm"
 NEVER_STARTS = frozenset(
     {"PartitionConfig", "PartitionNodeLimit", "PartitionTimeLimit", "BadConstraints", "InvalidAccount", "InvalidQOS"}
 )
+#: states of a job that has ended (any other state may still run: pending, running, suspended, requeued, ...)
+ENDED = frozenset(
+    {"COMPLETED", "CANCELLED", "FAILED", "TIMEOUT", "NODE_FAIL", "OUT_OF_MEMORY", "BOOT_FAIL", "DEADLINE", "REVOKED"}
+)
 #: seconds between two ``squeue`` calls (result files are looked for every second)
 QUEUE_POLL_S = 5.0
 #: seconds a job that ended gets for its result file to appear (shared file systems lag), as submitit allows
@@ -163,7 +167,7 @@ class SlurmLauncher(SubmititSlurmLauncher):
                         "lower hydra.launcher.cpus_per_task, mem_gb or timeout_min, or choose another "
                         "hydra.launcher.partition (sinfo shows them); the sweep's jobs were cancelled",
                     )
-                if entry is not None and entry.state in ("PENDING", "RUNNING", "CONFIGURING", "COMPLETING"):
+                if entry is not None and entry.state not in ENDED:
                     gone_since.pop(job_id, None)
                     continue
                 first_seen = gone_since.setdefault(job_id, time.monotonic())

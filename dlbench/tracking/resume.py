@@ -81,7 +81,7 @@ def find_resume_point(
         if status == "RUNNING":
             lost = lost_run(run_id, _tags(candidate).get("mlflow.runName", ""), _tags(candidate), stale_after_s, now)
             if lost is None:
-                log.info("resume: run %s of this sweep is still RUNNING (its job beats); not resuming from it", run_id)
+                log.info("resume: run %s of this sweep is still RUNNING and not lost; not resuming from it", run_id)
                 continue
             if mark_lost(target, lost):
                 log.warning("resume: run %s marked FAILED: %s", run_id, lost.reason)
