@@ -75,6 +75,27 @@ def _max_at_once(runs: list) -> int:
     return peak
 
 
+def beat_ms(store: str, beats: int = 20) -> float:
+    """Median milliseconds of one heartbeat (the tag write a run's heartbeat thread makes) on ``store``."""
+    import statistics
+
+    from dlbench.tracking.heartbeat import Heartbeat
+    from dlbench.tracking.run import TrackedRun
+    from dlbench.tracking.store import TrackingTarget, mlflow_client, prepare_store
+
+    target = TrackingTarget(store, "heartbeat-cost")
+    prepare_store(target)
+    client = mlflow_client(target)
+    with TrackedRun(target, "heartbeat-cost") as run:
+        beat = Heartbeat(target, run.run_id)
+        seconds = []
+        for _ in range(beats):
+            started = time.perf_counter()
+            beat.beat(client)
+            seconds.append(time.perf_counter() - started)
+    return 1000 * statistics.median(seconds)
+
+
 def timed_sweep(workdir: Path, store: str, experiment: str, overrides: tuple[str, ...], env: dict) -> float:
     started = time.perf_counter()
     result = subprocess.run(
@@ -163,6 +184,8 @@ def main() -> None:
             before = load()
             after_sweep, after_gc, kill_runs = kill_one_job(cluster, workdir, store, args.kill_jobs)
             killed_at = load()
+        beat = beat_ms(store)
+        say(f"  one heartbeat (tag write, SQLite): {beat:.1f} ms median of 20 ({load()}); every 30 s by default")
         ratio = slurm_s / sequential_s
         say(f"  wall ratio Slurm / sequential: {ratio:.2f}  (speed-up {1 / ratio:.2f}x)")
         for name, runs in (("sequential", sequential), ("Slurm", slurm)):

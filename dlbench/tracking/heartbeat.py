@@ -59,12 +59,13 @@ class Heartbeat:
         while not self._stopped.wait(self.interval_s):
             try:
                 client = client or mlflow_client(self.target)
-                self._beat(client)
+                self.beat(client)
                 self.beats += 1
             except Exception as err:  # noqa: BLE001 - a missed beat is harmless; a dead job is what gc looks for
                 log.debug("heartbeat of run %s skipped: %s", self.run_id, err)
 
-    def _beat(self, client: Any) -> None:
+    def beat(self, client: Any) -> None:
+        """One beat now: the tag write the thread makes every interval."""
         stamp = f"{time.time():.3f}"
         with_retry(lambda: client.set_tag(self.run_id, HEARTBEAT_TAG, stamp), "heartbeat", attempts=3)
 
