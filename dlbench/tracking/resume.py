@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from dlbench.tracking.heartbeat import DEFAULT_STALE_AFTER_S, lost_run, mark_lost
-from dlbench.tracking.store import TrackingTarget
+from dlbench.tracking.store import TrackingTarget, download_artifact, search_runs
 
 log = logging.getLogger(__name__)
 
@@ -44,8 +44,6 @@ def _tags(row: pd.Series) -> dict[str, str]:
 
 def _ok_rows(target: TrackingTarget, run_id: str) -> pd.DataFrame | None:
     """The ok rows of the run's ``results.csv`` (each with the run that measured it); None without one."""
-    from dlbench.tracking.store import download_artifact
-
     with tempfile.TemporaryDirectory() as tmp:
         try:
             path = download_artifact(target, run_id, "results.csv", Path(tmp))
@@ -70,8 +68,6 @@ def find_resume_point(
     over; one whose heartbeat stopped more than ``stale_after_s`` ago (its job died) is marked FAILED
     ("heartbeat lost") and resumed from like any failed run. Runs without a table (a job killed before it
     logged one) are passed over for earlier ones."""
-    from dlbench.tracking.store import search_runs
-
     conditions = [f"params.{key} = {_quoted(params[key])}" for key in RESUME_KEYS]
     conditions.append("tags.`dlbench.kind` = 'operator_sweep'")
     runs = search_runs(target, " and ".join(conditions), max_results=MAX_CANDIDATES)
@@ -79,7 +75,8 @@ def find_resume_point(
     for _, candidate in runs.iterrows():
         run_id, status = str(candidate["run_id"]), str(candidate["status"])
         if status == "RUNNING":
-            lost = lost_run(run_id, _tags(candidate).get("mlflow.runName", ""), _tags(candidate), stale_after_s, now)
+            tags = _tags(candidate)
+            lost = lost_run(run_id, tags.get("mlflow.runName", ""), tags, stale_after_s, now)
             if lost is None:
                 log.info("resume: run %s of this sweep is still RUNNING and not lost; not resuming from it", run_id)
                 continue
