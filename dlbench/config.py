@@ -13,7 +13,7 @@ from omegaconf import MISSING
 
 from dlbench.core.settings import default
 
-TASKS = ("run", "list", "extract", "benchmark_model", "evaluate", "compare")
+TASKS = ("run", "list", "extract", "benchmark_model", "evaluate", "compare", "gc")
 DEVICES = ("cpu", "cuda", "auto")
 DTYPES = ("float32", "float16", "bfloat16")
 BENCHMARK_KINDS = ("operator", "training", "roofline")
@@ -217,6 +217,26 @@ def _open_dict() -> Any:
 
 
 @dataclass
+class GcConfig:
+    """Runs left RUNNING by a job that died without ending them (SIGKILL, the OOM killer, a lost node): every
+    run stamps a heartbeat every ``heartbeat_s`` seconds while its job lives; ``task=gc`` and the start of a
+    multirun mark runs whose heartbeat stopped more than ``stale_after_s`` seconds ago as FAILED."""
+
+    stale_after_s: float = 300.0
+    heartbeat_s: float = 30.0
+
+    def __post_init__(self) -> None:
+        if self.heartbeat_s <= 0:
+            raise ValueError(f"gc.heartbeat_s must be > 0 seconds, got {self.heartbeat_s}")
+        if self.stale_after_s < 2 * self.heartbeat_s:
+            raise ValueError(
+                f"gc.stale_after_s={self.stale_after_s:g} is below two heartbeats "
+                f"(gc.heartbeat_s={self.heartbeat_s:g}): live runs would be marked lost; raise gc.stale_after_s "
+                "or lower gc.heartbeat_s"
+            )
+
+
+@dataclass
 class DlbenchConfig:
     """The top-level node: task, hyperparameters, measurement and tracking settings."""
 
@@ -255,6 +275,7 @@ class DlbenchConfig:
     match: MatchConfig = field(default_factory=MatchConfig)
     roofline: RooflineConfig = field(default_factory=RooflineConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
+    gc: GcConfig = field(default_factory=GcConfig)
 
     def __post_init__(self) -> None:
         if self.task not in TASKS:

@@ -70,11 +70,13 @@ def _entry(cfg: object) -> None:
 
     from dlbench.config import DlbenchConfig
     from dlbench.core.errors import TaskFailed
+    from dlbench.core.slurm import job_threads
     from dlbench.tasks import run_task
 
     install_sigterm_handler()
     config = OmegaConf.to_object(cfg)
     assert isinstance(config, DlbenchConfig)
+    config = replace(config, threads=job_threads(config.threads))  # threads=0 in a Slurm job: the job's CPUs
     context = _context_from_hydra(cfg)
     with _job_cores(config) as block:
         if block is not None:

@@ -1,12 +1,13 @@
-"""Hydra's side of sweeps: create the MLflow store once before any job starts; open a run for the whole
-multirun whose children are the jobs' runs, and sum the sweep up in it at the end; how many jobs a
-launcher runs at once."""
+"""Hydra's side of sweeps: create the MLflow store once before any job starts and end the runs earlier jobs left
+RUNNING when they died; open a run for the whole multirun whose children are the jobs' runs, and sum the sweep
+up in it at the end; how many jobs a launcher runs at once."""
 
 from __future__ import annotations
 
 import atexit
 import logging
 import os
+import sys
 import threading
 import warnings
 from pathlib import Path
@@ -35,6 +36,7 @@ class PrepareTracking(Callback):
             prepare_store(target, float(mlflow_cfg.get("connect_timeout_s", 10)))
         except TrackingError as err:
             raise SystemExit(f"dlbench: {err}") from err
+        _mark_lost_runs(target, float(config.get("gc", {}).get("stale_after_s", 300)))
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
         if config.get("task", "run") != "list":
@@ -152,6 +154,14 @@ def _jobs(swept: dict[str, list[str]]) -> int:
     for values in swept.values():
         count *= len(values)
     return count
+
+
+def _mark_lost_runs(target: Any, stale_after_s: float) -> None:
+    """A sweep starts on a clean experiment: runs whose job died without ending them are marked FAILED."""
+    from dlbench.tracking.heartbeat import mark_lost_runs
+
+    for lost in mark_lost_runs(target, stale_after_s):
+        print(f"dlbench: run {lost.run_id} ({lost.run_name}) marked FAILED: {lost.reason}", file=sys.stderr)
 
 
 def launcher_parallelism(launcher: Any) -> int | None:

@@ -15,6 +15,7 @@ TASK_MODULES = {
     "benchmark_model": "dlbench.tasks.benchmark_model",
     "evaluate": "dlbench.tasks.evaluate",
     "compare": "dlbench.tasks.compare",
+    "gc": "dlbench.tasks.gc",
 }
 #: ``task=run``: benchmark kind -> module
 RUN_MODULES = {

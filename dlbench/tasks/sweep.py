@@ -45,7 +45,11 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         # a tag, not a param: a hash among the params is what MLflow's compare page would plot first
         tags = {"dlbench.operations_sha1": operations_digest(entry, operations)}
         workdir = ctx.output_dir / "protocol"
-        resume = find_resume_point(target, params, tags["dlbench.operations_sha1"]) if cfg.resume else None
+        resume = (
+            find_resume_point(target, params, tags["dlbench.operations_sha1"], cfg.gc.stale_after_s)
+            if cfg.resume
+            else None
+        )
         todo = with_passes(operations, entry.passes, cfg.dtype)  # FLOPs of every pass one time covers
         if resume is not None:
             todo = [op for op in todo if op.id not in resume.done_ids]

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
+from dlbench.tracking.heartbeat import DEFAULT_INTERVAL_S, Heartbeat, beat_tags
 from dlbench.tracking.naming import round_significant
 from dlbench.tracking.secrets import redact, scrub
 from dlbench.tracking.store import TrackingTarget, mlflow_client, prepare_store, resolve_tracking, with_retry
@@ -39,8 +40,10 @@ class TrackedRun:
     as ``error.txt``; the exception propagates. ``attach`` joins an existing run without ending it.
 
     A run it creates carries the tag ``dlbench.run_id`` and, when ``config_yaml`` is given, the resolved
-    configuration as ``config.yaml``. With ``system_metrics_s`` > 0, MLflow's system-metrics monitor samples
-    CPU, memory (and GPU where present) every that many seconds while the run is open."""
+    configuration as ``config.yaml``; it beats every ``heartbeat_s`` seconds until it ends (a run whose job
+    dies without ending it is found by its silence: :mod:`dlbench.tracking.heartbeat`). With
+    ``system_metrics_s`` > 0, MLflow's system-metrics monitor samples CPU, memory (and GPU where present) every
+    that many seconds while the run is open."""
 
     def __init__(
         self,
@@ -53,6 +56,7 @@ class TrackedRun:
         experiment_id: str | None = None,
         config_yaml: str = "",
         system_metrics_s: float = 0.0,
+        heartbeat_s: float = DEFAULT_INTERVAL_S,
     ) -> None:
         self.target = target
         self.run_name = run_name
@@ -67,6 +71,8 @@ class TrackedRun:
         self.status = "RUNNING"
         self._system_metrics_s = system_metrics_s
         self._monitor: Any = None
+        self._heartbeat_s = heartbeat_s
+        self._heartbeat: Heartbeat | None = None
 
     @classmethod
     def attach(cls, target: TrackingTarget, run_id: str) -> TrackedRun:
@@ -83,6 +89,7 @@ class TrackedRun:
             tags = {k: _param_text(v) for k, v in redact(self._tags).items()}
             if self.parent_run_id:
                 tags[PARENT_TAG] = self.parent_run_id
+            tags.update(beat_tags(self._heartbeat_s))
             run = with_retry(
                 lambda: self.client.create_run(experiment_id, run_name=scrub(self.run_name) or None, tags=tags),
                 "create run",
@@ -95,6 +102,8 @@ class TrackedRun:
                 self._monitor = start_system_metrics(self.target, self.run_id, self._system_metrics_s)
         if self._params:
             self.log_params(self._params)
+        if self._owns:
+            self._heartbeat = Heartbeat(self.target, self.run_id, self._heartbeat_s).start()
         return self
 
     def start(self) -> TrackedRun:
@@ -125,6 +134,8 @@ class TrackedRun:
             except Exception:  # noqa: S110 - system metrics are an extra; the run's status is what counts
                 pass
         self.status = status
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
         with_retry(lambda: self.client.set_terminated(self.run_id, status=status), "end run")
 
     def log_params(self, params: Mapping[str, object]) -> None:

@@ -89,4 +89,5 @@ def open_run(
         experiment_id=place.experiment_id,
         config_yaml=ctx.config_yaml,
         system_metrics_s=cfg.mlflow.system_metrics_interval_s if monitored else 0.0,
+        heartbeat_s=cfg.gc.heartbeat_s,
     )

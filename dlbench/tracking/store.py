@@ -17,6 +17,8 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
+from dlbench.tracking.secrets import scrub
+
 DEFAULT_EXPERIMENT = "dlbench"
 #: The experiment tag MLflow 3's UI reads for an experiment's kind: runs and metrics, not GenAI traces
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
@@ -78,11 +80,46 @@ def with_retry(fn: Callable[[], T], what: str, attempts: int = 8) -> T:
     raise AssertionError("unreachable")
 
 
+#: database back ends whose driver takes ``connect_timeout`` (seconds)
+_TIMEOUT_DRIVERS = ("postgresql", "mysql")
+
+
+def _check_database(uri: str, timeout_s: float) -> None:
+    """Connect once, with a timeout: MLflow's own engine retries a refused login for many minutes."""
+    import sqlalchemy
+    from sqlalchemy.pool import NullPool
+
+    shown = scrub(uri)
+    connect_args = {"connect_timeout": max(1, round(timeout_s))} if uri.startswith(_TIMEOUT_DRIVERS) else {}
+    try:
+        engine = sqlalchemy.create_engine(uri, connect_args=connect_args, poolclass=NullPool)
+    except ModuleNotFoundError as err:
+        raise TrackingError(
+            f"tracking store {shown}: its database driver {err.name!r} is not installed "
+            "(PostgreSQL: pip install 'dlbench[server]', which brings psycopg2-binary and psycopg)"
+        ) from None
+    except sqlalchemy.exc.ArgumentError as err:
+        raise TrackingError(f"tracking URI {shown}: {err}") from None
+    try:
+        with engine.connect():
+            pass
+    except sqlalchemy.exc.SQLAlchemyError as err:
+        reason = scrub(str(getattr(err, "orig", None) or err)).strip().splitlines()
+        raise TrackingError(
+            f"cannot log in to the tracking database {shown} within {timeout_s:g} s "
+            f"({' '.join(line.strip() for line in reason[:2])}); check the user, password, host and database "
+            "in MLFLOW_TRACKING_URI or mlflow.tracking_uri"
+        ) from None  # the driver's traceback says nothing more
+    finally:
+        engine.dispose()
+
+
 def check_reachable(target: TrackingTarget, timeout_s: float = 10.0) -> None:
-    """Fail fast, naming the URI, when a tracking server does not answer or a store path is unusable."""
-    uri = target.uri
+    """Fail fast, naming the URI (never its password), when a tracking server does not answer, a database
+    refuses the login or a store path is unusable."""
+    uri = scrub(target.uri)
     if uri.startswith(("http://", "https://")):
-        url = uri.rstrip("/") + "/health"
+        url = target.uri.rstrip("/") + "/health"
         try:
             with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310 - user's server
                 if response.status >= 400:
@@ -95,6 +132,8 @@ def check_reachable(target: TrackingTarget, timeout_s: float = 10.0) -> None:
                 f"cannot reach the MLflow tracking server {uri} within {timeout_s:g} s ({reason}); "
                 "check MLFLOW_TRACKING_URI or mlflow.tracking_uri"
             ) from None  # the socket traceback says nothing more
+    elif uri.startswith(("postgresql", "mysql", "mssql")):
+        _check_database(target.uri, timeout_s)
     elif uri.startswith("sqlite:///"):
         db = Path(uri[len("sqlite:///") :])
         if not db.parent.is_dir():
@@ -140,7 +179,7 @@ def prepare_store(target: TrackingTarget, timeout_s: float = 10.0) -> str:
     except TrackingError:
         raise
     except Exception as err:
-        raise TrackingError(f"tracking store {target.uri}: {type(err).__name__}: {err}") from err
+        raise TrackingError(f"tracking store {scrub(target.uri)}: {type(err).__name__}: {scrub(str(err))}") from err
 
 
 def run_experiment_name(target: TrackingTarget, run_id: str) -> str:
@@ -150,7 +189,7 @@ def run_experiment_name(target: TrackingTarget, run_id: str) -> str:
         run = with_retry(lambda: client.get_run(run_id), f"run {run_id}")
         return with_retry(lambda: client.get_experiment(run.info.experiment_id), "experiment").name
     except Exception as err:
-        raise TrackingError(f"tracking store {target.uri}: cannot read run {run_id}: {err}") from err
+        raise TrackingError(f"tracking store {scrub(target.uri)}: cannot read run {run_id}: {err}") from err
 
 
 def search_runs(

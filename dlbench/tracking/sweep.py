@@ -20,6 +20,8 @@ HANDOFF_FILE = "mlflow_sweep_run.json"
 #: Runs of a process with this variable set become children of the run it names (see dlbench.cli)
 PARENT_ENV = "DLBENCH_PARENT_RUN_ID"
 SWEEP_KIND = "sweep"
+#: sweep runs this process opened, by id
+_OPENED: dict[str, TrackedRun] = {}
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,7 @@ def start_sweep_run(
         parent_run_id=os.environ.get(PARENT_ENV) or None,
         experiment_id=experiment_id,
     ).start()
+    _OPENED[run.run_id] = run  # ended through attach_sweep_run, which stops its heartbeat
     return SweepHandle(run.run_id, target.uri, target.experiment, experiment_id)
 
 
@@ -84,4 +87,5 @@ def child_runs(sweep: SweepHandle) -> pd.DataFrame:
 
 
 def attach_sweep_run(sweep: SweepHandle) -> TrackedRun:
-    return TrackedRun.attach(sweep.target, sweep.run_id)
+    """The sweep's run: the one this process opened (it beats until ended), else the run joined by id."""
+    return _OPENED.pop(sweep.run_id, None) or TrackedRun.attach(sweep.target, sweep.run_id)

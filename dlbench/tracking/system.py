@@ -15,6 +15,7 @@ from importlib import metadata
 from pathlib import Path
 
 from dlbench import PROJECT_ROOT, __version__
+from dlbench.core.slurm import slurm_job
 
 
 def _cpu_model() -> str:
@@ -47,8 +48,15 @@ def _package_version(name: str) -> str:
         return ""
 
 
-@functools.cache
 def hardware_tags() -> dict[str, str]:
+    """The machine's fingerprint (:func:`machine_tags`) and, inside a Slurm job, the job's id, node, partition
+    and CPUs (``slurm.*``): runs from different node types of a cluster then compare side by side."""
+    job = slurm_job()
+    return {**machine_tags(), **(job.tags() if job is not None else {})}
+
+
+@functools.cache
+def machine_tags() -> dict[str, str]:
     """CPU, GPU, host, OS and library versions.
 
     torch is not imported for this (it costs seconds): versions come from package metadata and the GPU from
@@ -93,6 +101,10 @@ def _torch_build_info() -> dict[str, str]:
     return info
 
 
+#: a helper process that imports torch once per host, so later sweeps read the answer from a cache
+PROBE = "import json, dlbench.tracking.system as s; print(json.dumps(s._torch_build_info()))"
+
+
 def torch_build_tags() -> dict[str, str]:
     """:func:`_torch_build_info`, from this process when torch is loaded, else from a per-host cache filled
     once by a helper process (importing torch costs seconds that a sweep should not pay every time)."""
@@ -106,7 +118,7 @@ def torch_build_tags() -> dict[str, str]:
         pass
     try:
         out = subprocess.run(  # noqa: S603 - fixed argument list
-            [sys.executable, "-c", "import json, dlbench.system as s; print(json.dumps(s._torch_build_info()))"],
+            [sys.executable, "-c", PROBE],
             capture_output=True,
             text=True,
             timeout=120,

@@ -1,0 +1,1 @@
+"""dlbench's Hydra launchers, where Hydra looks for plugins (the ``hydra_plugins`` namespace package)."""
