@@ -64,6 +64,11 @@ def mlflow_runs(store: Store | str, experiment: str = "dlbench") -> list:
     return client.search_runs([found.experiment_id], max_results=1000)
 
 
+def job_runs(store: Store | str, experiment: str = "dlbench") -> list:
+    """The runs that measured, newest first: every run but a multirun's own (``dlbench.kind`` sweep)."""
+    return [r for r in mlflow_runs(store, experiment) if r.data.tags.get("dlbench.kind") != "sweep"]
+
+
 def artifact_text(store: Store | str, run_id: str, path: str) -> str:
     """The text of one artifact of a run."""
     import tempfile

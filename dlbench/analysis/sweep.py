@@ -121,6 +121,11 @@ def sweep_note(title: str, summary: SweepSummary, status: str, artifacts: Sequen
     """The sweep run's description in markdown: what was swept, each job's totals, where the plots are."""
     jobs = summary.jobs
     counts = jobs["status"].value_counts().to_dict() if len(jobs) else {}
+    if not len(jobs):
+        return (
+            f"**{title}** ({status}): no job opened a run (the launcher stopped before, see the command's output). "
+            f"Swept: {', '.join(summary.swept) or 'nothing'}."
+        )
     shown = [(t, c, k) for t, c, k in NOTE_COLUMNS if c in jobs.columns and jobs[c].notna().any()]
     lines = [
         f"**{title}** ({status}): {len(jobs)} job runs, " + ", ".join(f"{n} {s.lower()}" for s, n in counts.items()),

@@ -80,6 +80,7 @@ class SweepRun(Callback):
         self._finished = False
 
     def on_multirun_start(self, config: DictConfig, **kwargs: Any) -> None:
+        from dlbench.tracking.heartbeat import DEFAULT_INTERVAL_S
         from dlbench.tracking.naming import dlbench_command
         from dlbench.tracking.store import TrackingError, resolve_tracking
         from dlbench.tracking.sweep import start_sweep_run, write_handoff
@@ -102,7 +103,12 @@ class SweepRun(Callback):
         }
         try:
             self.sweep = start_sweep_run(
-                target, sweep_run_name(benchmark, swept), params, tags, float(mlflow_cfg.get("connect_timeout_s", 10))
+                target,
+                sweep_run_name(benchmark, swept),
+                params,
+                tags,
+                float(mlflow_cfg.get("connect_timeout_s", 10)),
+                heartbeat_s=float(config.get("gc", {}).get("heartbeat_s", DEFAULT_INTERVAL_S)),
             )
         except TrackingError as err:
             raise SystemExit(f"dlbench: {err}") from err
@@ -137,6 +143,12 @@ class SweepRun(Callback):
             finish_sweep_run(self.sweep, self.swept, completed)
         except Exception as err:  # noqa: BLE001 - the jobs' own runs hold every measurement already
             log.warning("could not sum up the sweep in MLflow run %s: %s", self.sweep.run_id, err)
+            from dlbench.tracking.sweep import attach_sweep_run
+
+            try:  # never left RUNNING
+                attach_sweep_run(self.sweep).end("FINISHED" if completed else "FAILED")
+            except Exception as end_err:  # noqa: BLE001 - the store itself is gone; task=gc ends it later
+                log.warning("could not end MLflow run %s: %s", self.sweep.run_id, end_err)
 
 
 def at_exit(callback: Any) -> None:

@@ -36,7 +36,8 @@ def finish_sweep_run(sweep, swept: Sequence[str], completed: bool) -> str:
     run = attach_sweep_run(sweep)
     children = child_runs(sweep)
     summary = summarize_sweep(children, artifact_reader(sweep.target), swept)
-    status = sweep_status(completed, [str(s) for s in summary.jobs["status"]])
+    job_statuses = [str(s) for s in summary.jobs["status"]] if "status" in summary.jobs else []  # none: no job ran
+    status = sweep_status(completed, job_statuses)
     artifacts: list[str] = []
     tables = {"sweep/jobs.csv": summary.jobs, "sweep/operations.csv": summary.operations,
               f"sweep/median_ms_by_{summary.x}.csv": summary.by_value()}  # fmt: skip
@@ -52,14 +53,13 @@ def finish_sweep_run(sweep, swept: Sequence[str], completed: bool) -> str:
             run.log_figure(figure, name)
             plt.close(figure)
             artifacts.append(name)
-    counts = summary.jobs["status"].value_counts()
-    run.log_metrics({f"jobs_{s.lower()}": float(counts.get(s, 0)) for s in (FINISHED, FAILED, KILLED)})
+    run.log_metrics({f"jobs_{s.lower()}": float(job_statuses.count(s)) for s in (FINISHED, FAILED, KILLED)})
     title = run.data().tags.get("mlflow.runName", "sweep")
     run.set_tags({NOTE_TAG: sweep_note(title, summary, status, artifacts)})
     run.end(status)
     link = run_link(sweep.target, sweep.experiment_id, sweep.run_id)
     print(f"\nsweep {title} (MLflow run {sweep.run_id}, {status}): {link}")
-    finished = [r for r, s in zip(summary.jobs["run_id"], summary.jobs["status"], strict=True) if s == FINISHED]
+    finished = [r for r, s in zip(summary.jobs.get("run_id", []), job_statuses, strict=True) if s == FINISHED]
     if len(finished) > 1:
         print(f"its job runs side by side: {compare_link(sweep.target, sweep.experiment_id, finished)}")
     print(

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from dlbench.tracking.heartbeat import DEFAULT_INTERVAL_S
 from dlbench.tracking.run import TrackedRun
 from dlbench.tracking.store import TrackingTarget, prepare_store, search_runs
 
@@ -44,6 +45,7 @@ def start_sweep_run(
     params: Mapping[str, object],
     tags: Mapping[str, object],
     timeout_s: float = 10.0,
+    heartbeat_s: float = DEFAULT_INTERVAL_S,
 ) -> SweepHandle:
     """Open the sweep's run (it stays RUNNING until :func:`end_sweep_run`); a run named by
     ``DLBENCH_PARENT_RUN_ID`` (an MLflow Project's) becomes its parent."""
@@ -59,6 +61,7 @@ def start_sweep_run(
         {**hardware_tags(), **user, "dlbench.kind": SWEEP_KIND, **tags},
         parent_run_id=os.environ.get(PARENT_ENV) or None,
         experiment_id=experiment_id,
+        heartbeat_s=heartbeat_s,
     ).start()
     _OPENED[run.run_id] = run  # ended through attach_sweep_run, which stops its heartbeat
     return SweepHandle(run.run_id, target.uri, target.experiment, experiment_id)

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import pytest
-from helpers import FAST, Store, mlflow_runs, run_dlbench
+from helpers import FAST, Store, job_runs, run_dlbench
 from local_services import LocalPostgres, MlflowServer
 
 pytestmark = [pytest.mark.postgres, pytest.mark.slow]
@@ -40,11 +40,13 @@ def test_parallel_sweep_logs_through_the_postgres_backed_server(
     assert result.returncode == 0, result.stderr[-5000:]
     assert "Joblib.Parallel(n_jobs=2" in result.stdout
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists(), "nothing stored locally"
-    runs = mlflow_runs(store)
+    runs = job_runs(store)
     assert sorted(r.data.params["batch_size"] for r in runs) == ["1", "2"]
     assert all(r.info.status == "FINISHED" and r.data.metrics["operations_ok"] == 6 for r in runs)
     assert len({r.data.tags["dlbench.sweep"] for r in runs}) == 1
-    assert _rows_in_postgres(postgres, "pg-sweep") == 2, "the server keeps the runs in PostgreSQL"
+    assert _rows_in_postgres(postgres, "pg-sweep") == 3, (
+        "PostgreSQL holds the two jobs and the sweep"
+    )
     client = MlflowClient(tracking_uri=tracking_server.url)
     for run in runs:
         assert run.info.artifact_uri.startswith("mlflow-artifacts:"), "clients upload through the server"
@@ -65,7 +67,7 @@ def test_training_benchmark_logs_its_run_and_profiled_batches_through_the_postgr
         cwd=tmp_path, store=store,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-5000:]
-    runs = mlflow_runs(store)
+    runs = job_runs(store)
     (training,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == training.info.run_id]
     assert training.info.status == "FINISHED" and training.data.params["batch_size"] == "8"
@@ -87,7 +89,7 @@ def test_dlbench_logs_straight_into_postgres_and_keeps_the_password_out_of_the_r
     store = Store(uri, "pg-direct")
     result = run_dlbench("+benchmark=relu", "batch_size=1", *FAST, cwd=tmp_path, store=store)
     assert result.returncode == 0, result.stderr[-5000:]
-    (run,) = mlflow_runs(store)
+    (run,) = job_runs(store)
     assert run.info.status == "FINISHED" and run.data.metrics["operations_ok"] == 6
     logged = " ".join([*run.data.params.values(), *run.data.tags.values()])
     assert postgres.PASSWORD not in logged

@@ -20,6 +20,7 @@ from helpers import (
     Store,
     artifact_text,
     clean_env,
+    job_runs,
     live_processes_with,
     mlflow_runs,
     run_dlbench,
@@ -78,7 +79,7 @@ def _running_run(store: Store, batch_size: str, protocol_rows: int, cwd: Path, d
 
 def _runs_or_none(store: Store) -> list:
     try:
-        return mlflow_runs(store)
+        return job_runs(store)
     except AssertionError:  # the experiment does not exist yet
         return []
 
@@ -100,7 +101,7 @@ def test_sweep_through_sbatch_logs_one_run_per_job_tagged_with_its_slurm_job_and
     assert result.returncode == 0, result.stderr[-5000:]
     submitted = re.search(r"Submitted Slurm job\(s\) (\S+)_0,", result.stdout)
     assert submitted, result.stdout
-    runs = mlflow_runs(store)
+    runs = job_runs(store)
     assert sorted(r.data.params["batch_size"] for r in runs) == ["1", "2", "4"], "no run lost, none duplicated"
     assert all(r.info.status == "FINISHED" and r.data.metrics["operations_ok"] == 6 for r in runs)
     assert len({r.data.tags["dlbench.sweep"] for r in runs}) == 1
@@ -131,7 +132,7 @@ def test_cancelled_job_ends_its_run_killed_and_resume_measures_only_the_rest(
     assert "1 of 2 Slurm jobs of the sweep ended without a result" in stderr, stderr[-3000:]
     assert "resume=true" in stderr
 
-    runs = {r.data.params["batch_size"]: r for r in mlflow_runs(store)}
+    runs = {r.data.params["batch_size"]: r for r in job_runs(store)}
     cancelled = runs["1"]
     assert cancelled.info.status in ("KILLED", "FAILED"), cancelled.info.status
     if cancelled.info.status == "FAILED":
@@ -147,7 +148,7 @@ def test_cancelled_job_ends_its_run_killed_and_resume_measures_only_the_rest(
     )
     assert resumed_sweep.returncode == 0, resumed_sweep.stderr[-5000:]
     latest = {}
-    for run in mlflow_runs(store):  # newest first
+    for run in job_runs(store):  # newest first
         latest.setdefault(run.data.params["batch_size"], run)
     resumed = latest["1"]
     assert resumed.info.status == "FINISHED"
@@ -172,14 +173,14 @@ def test_sigkilled_job_leaves_a_run_that_gc_marks_failed_for_its_lost_heartbeat(
     job_process.kill()
     _, stderr = process.communicate(timeout=300)
     assert process.returncode != 0 and "ended without a result" in stderr, stderr[-3000:]
-    (killed,) = mlflow_runs(store)
+    (killed,) = job_runs(store)
     assert killed.info.status == "RUNNING", "SIGKILL left the run no chance to end itself"
 
     time.sleep(3)
     gc = run_dlbench("task=gc", "gc.stale_after_s=2", "gc.heartbeat_s=1", cwd=tmp_path, store=store)
     assert gc.returncode == 0, gc.stderr
     assert killed.info.run_id in gc.stdout and "1 run(s)" in gc.stdout
-    (marked,) = mlflow_runs(store)
+    (marked,) = job_runs(store)
     assert marked.info.status == "FAILED"
     reason = marked.data.tags["dlbench.error"]
     assert reason.startswith("heartbeat lost") and f"Slurm job {running.data.tags['slurm.job_id']}" in reason
@@ -204,7 +205,8 @@ def test_unreachable_controller_stops_the_sweep_naming_the_launcher_setting(tmp_
     assert "dlbench: hydra/launcher=submitit_slurm: the Slurm controller does not answer" in result.stderr
     assert "SLURM_CONF" in result.stderr and "Traceback" not in result.stderr
     assert time.monotonic() - started < 60
-    assert mlflow_runs(store) == [], "nothing measured, nothing left RUNNING"
+    assert job_runs(store) == [], "nothing measured"
+    assert [r.info.status for r in mlflow_runs(store)] == ["FAILED"], "the sweep's own run ended, not left RUNNING"
 
 
 @pytest.mark.parametrize(
@@ -225,5 +227,6 @@ def test_refused_jobs_stop_the_sweep_naming_the_launcher_setting(
     assert f"dlbench: hydra/launcher=submitit_slurm: {named}" in result.stderr, result.stderr[-3000:]
     assert "hydra.launcher.partition" in result.stderr and "cpus_per_task" in result.stderr
     assert "Traceback" not in result.stderr
-    assert mlflow_runs(store) == [], "nothing measured, nothing left RUNNING"
+    assert job_runs(store) == [], "nothing measured"
+    assert [r.info.status for r in mlflow_runs(store)] == ["FAILED"], "the sweep's own run ended, not left RUNNING"
     assert slurm_cluster.jobs() == [], "no job left waiting in the queue"

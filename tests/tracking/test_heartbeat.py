@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import shutil
 import signal
 import subprocess
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import psutil
 import pytest
-from helpers import FAST, Store, artifact_text, clean_env, mlflow_runs, run_dlbench, write_fake_benchmark
+from helpers import FAST, Store, artifact_text, clean_env, job_runs, mlflow_runs, run_dlbench, write_fake_benchmark
 
 from dlbench.config import GcConfig
 from dlbench.tracking.heartbeat import HEARTBEAT_TAG, beat_tags, mark_lost_runs
@@ -80,7 +81,7 @@ def test_gc_marks_only_running_runs_whose_heartbeat_stopped_longer_ago_than_stal
     with TrackedRun(target, "alive", heartbeat_s=0.2) as alive:
         lost = mark_lost_runs(target, stale_after_s=10)
         assert [r.run_id for r in lost] == [dead]
-        status = {r.info.run_name: r.info.status for r in mlflow_runs(store)}
+        status = {r.info.run_name: r.info.status for r in job_runs(store)}
         assert status == {
             "dead": "FAILED", "recent": "RUNNING", "slow-beater": "RUNNING", "foreign": "RUNNING",
             "finished": "FINISHED", "alive": "RUNNING",
@@ -122,7 +123,7 @@ def _sigkill_mid_sweep(store: Store, cwd: Path, conf: Path, *overrides: str, row
         for proc in [*psutil.Process(process.pid).children(recursive=True), psutil.Process(process.pid)]:
             proc.kill()
         process.wait()
-    (left,) = [r for r in mlflow_runs(store) if r.info.status == "RUNNING"]
+    (left,) = [r for r in job_runs(store) if r.info.status == "RUNNING"]
     return left.info.run_id
 
 
@@ -138,10 +139,11 @@ def test_the_next_multirun_marks_a_sigkilled_jobs_run_failed_before_it_starts(tm
         "gc.heartbeat_s=0.5", "gc.stale_after_s=1", cwd=tmp_path, store=store,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
-    assert f"dlbench: run {killed} (relu-slow-bs1-cpu) marked FAILED: heartbeat lost" in result.stderr
-    runs = {r.info.run_id: r for r in mlflow_runs(store)}
+    assert re.search(rf"dlbench: run {killed} \(relu-slow-bs1-[^)]*\) marked FAILED: heartbeat lost", result.stderr)
+    assert re.search(r"dlbench: run \w+ \(relu-sweep-bs1,2\) marked FAILED: heartbeat lost", result.stderr)
+    runs = {r.info.run_id: r for r in job_runs(store)}
     assert runs[killed].info.status == "FAILED"
-    assert [r.info.status for r in runs.values()].count("RUNNING") == 0, "no run left RUNNING"
+    assert [r.info.status for r in mlflow_runs(store)].count("RUNNING") == 0, "no run left RUNNING, the sweeps' own too"
     assert [r.data.params["batch_size"] for r in runs.values() if r.info.status == "FINISHED"] == ["3"]
 
 
@@ -161,7 +163,7 @@ def test_resume_passes_over_a_sigkilled_run_to_the_earlier_one_that_kept_its_row
         time.sleep(0.1)
     process.send_signal(signal.SIGTERM)
     process.wait(timeout=60)
-    (interrupted,) = mlflow_runs(store)
+    (interrupted,) = job_runs(store)
     assert interrupted.info.status == "KILLED"
     kept = [r for r in csv.DictReader(io.StringIO(artifact_text(store, interrupted.info.run_id, "results.csv")))]
     done = {int(r["id"]) for r in kept if r["status"] == "ok"}
@@ -176,7 +178,7 @@ def test_resume_passes_over_a_sigkilled_run_to_the_earlier_one_that_kept_its_row
         "--config-dir", str(conf), *sweep, "gc.heartbeat_s=0.5", "gc.stale_after_s=1", cwd=tmp_path, store=store
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    runs = {r.info.run_id: r for r in mlflow_runs(store)}
+    runs = {r.info.run_id: r for r in job_runs(store)}
     assert runs[killed].info.status == "FAILED"
     assert runs[killed].data.tags["dlbench.error"].startswith("heartbeat lost")
     (resumed,) = [r for r in runs.values() if r.info.status == "FINISHED"]
