@@ -7,8 +7,10 @@ import os
 import signal
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -52,6 +54,34 @@ class ProcessResult:
         return ""
 
 
+#: Signals every child meets with their default action. An ignored signal stays ignored across exec, and a CI
+#: job without a terminal (or a shell's background job) starts dlbench with SIGINT ignored; a benchmark or a
+#: training script that inherited that would not stop the way it does in a terminal.
+DEFAULT_IN_CHILDREN = (signal.SIGINT, signal.SIGTERM)
+
+
+def _still_ignored(signum: int, frame: object) -> None:
+    """Stands in for SIG_IGN while a child is spawned: handlers, unlike SIG_IGN, do not survive exec."""
+
+
+@contextmanager
+def default_signals_in_children() -> Iterator[None]:
+    """Processes started inside this block begin with the default action for :data:`DEFAULT_IN_CHILDREN`,
+    while this process keeps ignoring what it ignored (no ``preexec_fn``, which is unsafe with threads)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal.signal works in the main thread only; dlbench spawns from there
+        return
+    replaced = {}
+    for signum in DEFAULT_IN_CHILDREN:
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            replaced[signum] = signal.signal(signum, _still_ignored)
+    try:
+        yield
+    finally:
+        for signum, previous in replaced.items():
+            signal.signal(signum, previous)
+
+
 def _read_tail(handle: IO[bytes], keep: int = STDERR_KEEP_BYTES) -> str:
     """The last ``keep`` bytes of a file, without reading a flood of output into memory."""
     size = handle.seek(0, os.SEEK_END)
@@ -82,15 +112,16 @@ def run_command(
         full_env.update(env)
     start = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
-            list(command),
-            stdout=out,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            env=full_env,
-            cwd=cwd,
-            start_new_session=True,
-        )
+        with default_signals_in_children():
+            proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+                list(command),
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=full_env,
+                cwd=cwd,
+                start_new_session=True,
+            )
         timed_out = False
         flooded = ""
         deadline = start + timeout

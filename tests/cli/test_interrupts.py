@@ -16,6 +16,8 @@ import psutil
 import pytest
 from helpers import FAST, REPO, Store, artifact_text, clean_env, live_processes_with, mlflow_runs
 
+from dlbench.core.process import default_signals_in_children, run_command
+
 #: Writes one row every ROW_S seconds; STUBBORN programs ignore SIGTERM and must be SIGKILLed.
 SLOW_PROGRAM = """\
 import signal, subprocess, sys, time
@@ -47,14 +49,27 @@ def write_slow_benchmark(conf: Path, marker: str, stubborn: bool = False, row_s:
 
 
 def start_dlbench(*overrides: str, cwd: Path, store: Store) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "dlbench", *overrides],
-        cwd=cwd,
-        env=clean_env(**store.env()),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # dlbench as a terminal starts it, even when this test run inherited SIGINT ignored (CI without a terminal)
+    with default_signals_in_children():
+        return subprocess.Popen(
+            [sys.executable, "-m", "dlbench", *overrides],
+            cwd=cwd,
+            env=clean_env(**store.env()),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+
+@pytest.fixture(params=["terminal", "sigint_ignored"])
+def started_as(request: pytest.FixtureRequest):
+    """How the test run itself was started: from a terminal, or as a CI job that ignores SIGINT."""
+    if request.param == "sigint_ignored":
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        yield request.param
+        signal.signal(signal.SIGINT, previous)
+    else:
+        yield request.param
 
 
 def wait_for(condition, proc: subprocess.Popen[str], timeout: float = 120.0, what: str = "") -> None:
@@ -93,7 +108,7 @@ def interrupt(proc: subprocess.Popen[str], signum: int, timeout: float = 60.0) -
     ids=["sigint", "sigterm", "sigint_program_ignores_sigterm"],
 )
 def test_interrupted_sweep_ends_killed_with_the_rows_measured_so_far(
-    tmp_path: Path, store: Store, signum: int, stubborn: bool
+    tmp_path: Path, store: Store, signum: int, stubborn: bool, started_as: str
 ) -> None:
     marker = f"dlbench-interrupt-{tmp_path.name}"
     # a stubborn program goes on writing rows through the 2 s SIGTERM grace: slower rows keep some unwritten
@@ -148,3 +163,20 @@ def test_interrupted_training_benchmark_ends_killed_and_stops_the_script(
     error = artifact_text(store, run.info.run_id, "error.txt")
     assert ("RunInterrupted: received SIGTERM" if signum == signal.SIGTERM else "KeyboardInterrupt") in error
     assert "batch_size: 8" in artifact_text(store, run.info.run_id, "config.yaml")
+
+
+CHILD_REPORTS_SIGNALS = (
+    "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
+    "signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)"
+)
+
+
+def test_children_start_with_default_signal_handling_when_dlbench_ignores_sigint(tmp_path: Path) -> None:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = run_command([sys.executable, "-c", CHILD_REPORTS_SIGNALS], timeout=60, cwd=tmp_path)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN, "dlbench itself keeps ignoring SIGINT"
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    # Python installs its KeyboardInterrupt handler only where SIGINT starts with the default action
+    assert result.stdout.split() == ["True", "True"], result.stdout + result.stderr
