@@ -198,6 +198,8 @@ class DlbenchConfig:
     model: str = ""
     output_dir: str = ""
     quiet: bool = False
+    #: failures print the stack trace too, not only the message
+    verbose: bool = False
     #: measure only the operations a previous, interrupted or failed run of the same sweep did not finish
     resume: bool = False
     #: in parallel sweeps, pin each job to its own ``threads`` cores so jobs do not disturb each other

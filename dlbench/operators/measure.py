@@ -13,7 +13,7 @@ from dlbench.core.errors import TaskFailed
 from dlbench.core.progress import progress
 from dlbench.core.values import Operation, SweepResult
 from dlbench.operators.registry import OperatorBenchmark
-from dlbench.operators.runner import RunSettings, SweepFiles, measure_operations
+from dlbench.operators.runner import RunSettings, SweepFiles, failure_summary, measure_operations
 
 
 def sweep_params(cfg: DlbenchConfig, entry: OperatorBenchmark, benchmark_name: str, n_ops: int, device: str) -> dict:
@@ -72,5 +72,5 @@ def raise_for_result(name: str, result: SweepResult, kept: str = "") -> None:
         raise KeyboardInterrupt(f"{name} was interrupted" + (f"; {kept}" if kept else ""))
     if not result.ok:
         problems = [result.run_error] if result.run_error else []
-        problems += [f"id {i}: {result.measurements[i].error}" for i in result.failed_ids]
+        problems += failure_summary(result)
         raise TaskFailed(f"{name}: " + "\n  ".join(problems))

@@ -15,6 +15,8 @@ from dlbench.config import RegistryEntry, TrainingEntry
 from dlbench.operators.align import Permutation, PermutationError, parse_param_descr
 
 PYTHON_ALIASES = ("python", "python3")
+NATIVE_BUILD = PROJECT_ROOT / "native" / "build"
+BUILD_COMMAND = "cmake -S native -B native/build -DCMAKE_BUILD_TYPE=Release && cmake --build native/build -j"
 
 
 class RegistryError(ValueError):
@@ -86,6 +88,8 @@ def command_availability(command: Sequence[str]) -> str:
     path = Path(program)
     if not path.is_absolute():
         return f"executable {program} not found on PATH"
+    if not path.exists() and path.is_relative_to(NATIVE_BUILD):
+        return f"not built yet ({path} is missing); build the native kernels in {PROJECT_ROOT} with: {BUILD_COMMAND}"
     if not path.exists():
         return f"executable not found: {path}"
     if not os.access(path, os.X_OK) or path.is_dir():

@@ -59,6 +59,27 @@ def _stderr_lines_about(stderr: str, op_id: int) -> str:
     return "; ".join(hits[:3])
 
 
+def failure_summary(result: SweepResult, shown_ids: int = 5, shown_reasons: int = 6) -> list[str]:
+    """The failed operations as a few lines: one per distinct reason (the operation's own id taken out of
+    it) with a count and the first ids, so 23 times the same problem reads as one line."""
+    groups: dict[str, list[int]] = {}
+    for op_id in result.failed_ids:
+        error = result.measurements[op_id].error
+        reason = re.sub(rf"\bid\s*[:=]?\s*{op_id}\b", "id N", re.sub(rf"\s+for id {op_id}\b", "", error))
+        groups.setdefault(reason, []).append(op_id)
+    lines = []
+    for reason, ids in list(groups.items())[:shown_reasons]:
+        if len(ids) == 1:
+            lines.append(f"id {ids[0]}: {result.measurements[ids[0]].error}")
+            continue
+        more = f" and {len(ids) - shown_ids} more" if len(ids) > shown_ids else ""
+        lines.append(f"{len(ids)} operations (ids {', '.join(map(str, ids[:shown_ids]))}{more}): {reason}")
+    if len(groups) > shown_reasons:
+        rest = sum(len(ids) for ids in list(groups.values())[shown_reasons:])
+        lines.append(f"{rest} more operations failed for other reasons (the run's failed_operations.csv)")
+    return lines
+
+
 def measure_operations(
     benchmark: OperatorBenchmark,
     operations: Sequence[Operation],
@@ -140,6 +161,8 @@ def measure_operations(
     if unexplained:
         more = f" (and {len(unexplained) - 20} more)" if len(unexplained) > 20 else ""
         run_errors.append("\n".join(unexplained[:20]) + more)
+    if run_errors and process.stderr.strip() and not interrupted:
+        run_errors[0] += f" (its stderr: {files.stderr_txt})"
     ordered = {op.id: measurements[op.id] for op in operations}
     return (
         SweepResult(

@@ -12,6 +12,8 @@ from dlbench.tracking.run import TrackedRun
 from dlbench.tracking.store import TrackingTarget, prepare_store, resolve_tracking
 
 _PREPARED: dict[TrackingTarget, str] = {}
+#: Every run opened in this process, in order: the command's last line names them.
+_OPENED: list[TrackedRun] = []
 
 
 @dataclass(frozen=True)
@@ -64,7 +66,7 @@ def open_run(
     ``parent_run_id`` keep theirs, so they stay apart). The resolved configuration is logged with it."""
     place = run_place(cfg, ctx)
     run_name = name if parent_run_id else (cfg.mlflow.run_name or name)
-    return TrackedRun(
+    run = TrackedRun(
         place.target,
         run_name,
         params,
@@ -73,3 +75,10 @@ def open_run(
         experiment_id=place.experiment_id,
         config_yaml=ctx.config_yaml,
     )
+    _OPENED.append(run)
+    return run
+
+
+def opened_runs() -> list[TrackedRun]:
+    """The runs ``open_run`` has started in this process so far (those that got as far as an id)."""
+    return [run for run in _OPENED if run.run_id]

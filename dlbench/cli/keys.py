@@ -1,0 +1,161 @@
+"""Which keys the configuration has, read from the typed schema, and a check of the command line's overrides
+against them before anything is composed: ``+batchsize=8`` is refused like ``batchsize=8``, with the
+closest key named (Hydra's ``+`` would otherwise add the key and the run would silently ignore it)."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+
+@dataclass(frozen=True)
+class SchemaKeys:
+    """Dotted keys of the schema: ``leaves`` take a value, below an ``open`` key anything goes (a free-form
+    map such as ``benchmark.common``), ``nodes`` are the typed sub-configs (``measure``, ``benchmark``)."""
+
+    leaves: frozenset[str]
+    open: frozenset[str]
+    nodes: frozenset[str]
+
+    def known(self, key: str) -> bool:
+        if key in self.leaves or key in self.open or key in self.nodes:
+            return True
+        return any(key.startswith(prefix + ".") for prefix in self.open)
+
+    def closest(self, key: str) -> str:
+        """The known key ``key`` most likely meant, or empty: the same last part under another node
+        (``min_reps`` -> ``measure.min_reps``), else the closest spelling."""
+        candidates = sorted(self.leaves | self.open)  # keys that take a value
+        parent, _, leaf = key.rpartition(".")
+        same_leaf = [c for c in candidates if c.rsplit(".", 1)[-1] == leaf]
+        if same_leaf:
+            return same_leaf[0]
+        close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+        if close:
+            return close[0]
+        siblings = [c for c in candidates if c.rpartition(".")[0] == parent]
+        containing = [c for c in siblings if leaf and leaf in c.rpartition(".")[2]]
+        if containing:
+            return containing[0]
+        by_leaf = {c.rsplit(".", 1)[-1]: c for c in candidates}
+        close = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.75)
+        return by_leaf[close[0]] if close else ""
+
+
+def _dataclass_of(hint: Any) -> type | None:
+    """The dataclass a field holds, also through ``X | None``."""
+    if dataclasses.is_dataclass(hint):
+        return hint  # type: ignore[return-value]
+    for arg in typing.get_args(hint):
+        if dataclasses.is_dataclass(arg):
+            return arg  # type: ignore[return-value]
+    return None
+
+
+def _is_open(hint: Any) -> bool:
+    origin = typing.get_origin(hint)
+    return hint is Any or origin in (dict, list) or hint in (dict, list)
+
+
+def schema_keys(schema: type) -> SchemaKeys:
+    leaves: set[str] = set()
+    open_keys: set[str] = set()
+    nodes: set[str] = set()
+
+    def walk(cls: type, prefix: str) -> None:
+        hints = typing.get_type_hints(cls)
+        for f in dataclasses.fields(cls):
+            key = prefix + f.name
+            hint = hints[f.name]
+            nested = _dataclass_of(hint)
+            if nested is not None:
+                nodes.add(key)
+                walk(nested, key + ".")
+            elif _is_open(hint):
+                open_keys.add(key)
+            else:
+                leaves.add(key)
+
+    walk(schema, "")
+    return SchemaKeys(frozenset(leaves), frozenset(open_keys), frozenset(nodes))
+
+
+def config_groups(config_dirs: Iterable[Path]) -> dict[str, list[str]]:
+    """Config groups (folders of YAML files, ``a/b`` when nested) and their options, over ``config_dirs``."""
+    groups: dict[str, set[str]] = {}
+    for root in config_dirs:
+        if not root.is_dir():
+            continue
+        for path in sorted(root.rglob("*.y*ml")):
+            if path.suffix not in (".yaml", ".yml") or path.parent == root:
+                continue
+            groups.setdefault(path.parent.relative_to(root).as_posix(), set()).add(path.stem)
+    return {name: sorted(options) for name, options in sorted(groups.items())}
+
+
+@dataclass(frozen=True)
+class UnknownKey:
+    """An override naming no key of the schema (and no config group)."""
+
+    override: str
+    key: str
+    suggestion: str
+
+    def message(self) -> str:
+        hint = f"; did you mean {self.suggestion}?" if self.suggestion else ""
+        return f"unknown key {self.key!r} (in `{self.override}`){hint}"
+
+
+def command_line_overrides(argv: Sequence[str]) -> list[str]:
+    """The ``key=value`` words of a dlbench command line (Hydra's flags and their values left out)."""
+    takes_value = {"--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn", "--package", "-p"}
+    takes_value |= {"--cfg", "-c", "--info", "-i", "--experimental-rerun"}
+    words: list[str] = []
+    skip = False
+    for word in argv:
+        if skip:
+            skip = False
+            continue
+        if word.startswith("-"):
+            skip = word in takes_value
+            continue
+        words.append(word)
+    return words
+
+
+def config_dirs_from_argv(argv: Sequence[str], default: Path) -> list[Path]:
+    dirs = [default]
+    for i, word in enumerate(argv):
+        if word in ("--config-dir", "-cd") and i + 1 < len(argv):
+            dirs.insert(0, Path(argv[i + 1]).expanduser().resolve())
+        elif word.startswith("--config-dir="):
+            dirs.insert(0, Path(word.split("=", 1)[1]).expanduser().resolve())
+    return dirs
+
+
+def unknown_keys(overrides: Sequence[str], keys: SchemaKeys, groups: Iterable[str]) -> list[UnknownKey]:
+    """Overrides whose key is neither in the schema nor a config group. Syntax errors are left to Hydra,
+    which names the offending character."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException
+
+    group_names = set(groups)
+    parser = OverridesParser.create()
+    found = []
+    for text in overrides:
+        try:
+            (override,) = parser.parse_overrides([text])
+        except HydraException:
+            continue
+        key = override.key_or_group
+        if key == "hydra" or key.startswith(("hydra.", "hydra/")) or override.package is not None:
+            continue
+        if key in group_names or "/" in key or keys.known(key):
+            continue
+        found.append(UnknownKey(text, key, keys.closest(key)))
+    return found
