@@ -66,8 +66,8 @@ def ui_hint(uri: str, start_dir: Path) -> str:
     if uri.startswith(("http://", "https://")):
         return f"open {uri} in a browser"
     if uri == f"sqlite:///{(start_dir / 'mlflow.db').resolve()}":
-        return "see them with `mlflow ui` (run here), then http://127.0.0.1:5000"
-    return f"see them with `mlflow ui --backend-store-uri {uri}`, then http://127.0.0.1:5000"
+        return "open the MLflow UI with `mlflow ui` (run here) and http://127.0.0.1:5000"
+    return f"open the MLflow UI with `mlflow ui --backend-store-uri {uri}` and http://127.0.0.1:5000"
 
 
 def final_line(

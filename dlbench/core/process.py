@@ -4,6 +4,7 @@ no orphans left behind; used for benchmark executables and training scripts alik
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import tempfile
@@ -80,6 +81,17 @@ def default_signals_in_children() -> Iterator[None]:
     finally:
         for signum, previous in replaced.items():
             signal.signal(signum, previous)
+
+
+#: Lines libraries print on every call that say nothing about a failure: kineto (torch.profiler) announces
+#: each profiler start and stop. They stay in the stderr file and artifact, but not in a message.
+NOISE = re.compile(r"^(USDT:.*\bprofiler_(start|stop)\b|STAGE:.*ActivityProfilerController)")
+
+
+def meaningful_tail(text: str, lines: int = 10) -> str:
+    """The last ``lines`` lines of a program's stderr that are not :data:`NOISE`, for an error message."""
+    kept = [line for line in text.strip().splitlines() if not NOISE.match(line.strip())]
+    return "\n".join(kept[-lines:])
 
 
 def _read_tail(handle: IO[bytes], keep: int = STDERR_KEEP_BYTES) -> str:
