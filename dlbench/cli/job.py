@@ -85,6 +85,12 @@ def to_config(cfg: Any) -> Any:
     return config
 
 
+def _measures_embedded_kernels(config: Any) -> bool:
+    """Whether the task will (most likely) measure the embedded torch kernels straight away."""
+    operator_sweep = config.task == "run" and config.benchmark is not None and config.benchmark.kind == "operator"
+    return config.backend == "torch" and (operator_sweep or config.task == "benchmark_model")
+
+
 def _run(cfg: Any, hydra_cfg: Any, multirun: bool) -> None:
     from dlbench.tasks import run_task
 
@@ -94,6 +100,12 @@ def _run(cfg: Any, hydra_cfg: Any, multirun: bool) -> None:
         if block is not None:
             config = replace(config, threads=block.threads)
             context = replace(context, extra_tags={**context.extra_tags, "dlbench.cores": block.label})
+        if _measures_embedded_kernels(config):
+            from dlbench.operators.embedded import prestart_embedded
+            from dlbench.operators.runner import run_settings
+
+            # the worker imports torch on another core while the task imports MLflow and opens the store
+            prestart_embedded(run_settings(config, config.device).environment())
         status = run_task(config, context)
     if status:
         raise TaskFailed(f"task={config.task} finished with failures (exit status {status}); see the log above")

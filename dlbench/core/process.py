@@ -94,7 +94,7 @@ def meaningful_tail(text: str, lines: int = 10) -> str:
     return "\n".join(kept[-lines:])
 
 
-def _read_tail(handle: IO[bytes], keep: int = STDERR_KEEP_BYTES) -> str:
+def read_tail(handle: IO[bytes], keep: int = STDERR_KEEP_BYTES) -> str:
     """The last ``keep`` bytes of a file, without reading a flood of output into memory."""
     size = handle.seek(0, os.SEEK_END)
     handle.seek(max(0, size - keep))
@@ -147,7 +147,7 @@ def run_command(
                         timed_out = True
                         kill_process_group(proc)
                         break
-                    flooded = _flooded(out, err, max_log_bytes)
+                    flooded = flooded_streams(out, err, max_log_bytes)
                     if flooded:
                         kill_process_group(proc)
                         break
@@ -158,11 +158,11 @@ def run_command(
             kill_process_group(proc)
             raise
         finally:
-            stderr = _read_tail(err)
+            stderr = read_tail(err)
             if stderr_path is not None:
                 stderr_path.write_text(stderr, encoding="utf-8")
         seconds = time.perf_counter() - start
-        stdout = _read_tail(out)
+        stdout = read_tail(out)
     return ProcessResult(
         returncode=proc.returncode,
         timed_out=timed_out,
@@ -173,7 +173,7 @@ def run_command(
     )
 
 
-def _flooded(out: IO[bytes], err: IO[bytes], limit: int) -> str:
+def flooded_streams(out: IO[bytes], err: IO[bytes], limit: int) -> str:
     for name, handle in (("stdout", out), ("stderr", err)):
         size = os.fstat(handle.fileno()).st_size
         if size > limit:

@@ -13,6 +13,7 @@ from dlbench.core.process import ProcessResult, run_command
 from dlbench.core.settings import EXECUTABLE_SETTINGS, default, to_environment
 from dlbench.core.values import Measurement, Operation, SweepResult, TimeStats
 from dlbench.operators.align import AlignmentError, align_operation
+from dlbench.operators.embedded import is_embedded, run_embedded
 from dlbench.operators.protocol import ProtocolError, output_path_for, parse_output, write_input
 from dlbench.operators.registry import OperatorBenchmark
 
@@ -111,8 +112,9 @@ def measure_operations(
     command = [*benchmark.command, str(files.input_csv)]
     interrupted = False
     start_error = ""
+    run = run_embedded if is_embedded(command[:-1]) else run_command  # the torch kernels: a persistent worker
     try:
-        process = run_command(
+        process = run(
             command,
             timeout=settings.timeout_s,
             env=settings.environment(),

@@ -180,3 +180,27 @@ def test_children_start_with_default_signal_handling_when_dlbench_ignores_sigint
         signal.signal(signal.SIGINT, previous)
     # Python installs its KeyboardInterrupt handler only where SIGINT starts with the default action
     assert result.stdout.split() == ["True", "True"], result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_an_interrupted_sweep_of_the_embedded_kernels_ends_killed_and_stops_the_worker(
+    tmp_path: Path, store: Store, signum: int
+) -> None:
+    # each row repeats for a second, so the signal arrives in the middle of the sweep
+    slow = ("measure.warmup=0", "measure.min_reps=1", "measure.max_reps=100000000", "measure.min_time_s=1.0")
+    proc = start_dlbench("+benchmark=relu", "batch_size=1", *slow, "quiet=true", cwd=tmp_path, store=store)
+    out_glob = ".dlbench/runs/*/protocol/torch_relu_relu_out.csv"
+    wait_for(lambda: data_rows(out_glob, tmp_path) >= 2, proc, what="two rows were written")
+    worker = psutil.Process(proc.pid).children(recursive=True)
+    assert any("dlbench.backends.torch" in " ".join(p.cmdline()) for p in worker)
+    seconds, out, err = interrupt(proc, signum)
+    assert proc.returncode == (130 if signum == signal.SIGINT else 143), out + err
+    assert seconds < 8, f"{seconds:.1f} s from the signal to the exit"
+    _, alive = psutil.wait_procs(worker, timeout=5)
+    assert alive == [], "the worker must be stopped"
+    (run,) = mlflow_runs(store)
+    assert run.info.status == "KILLED"
+    rows = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "results.csv"))))
+    measured = [r["id"] for r in rows if r["status"] == "ok"]
+    assert len(rows) == 6 and measured[:2] == ["0", "1"] and len(measured) < 6
+    assert "Traceback" not in err and "ended KILLED" in err.strip().splitlines()[-1]
