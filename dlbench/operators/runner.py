@@ -111,6 +111,7 @@ def measure_operations(
     files.output_csv.unlink(missing_ok=True)
     command = [*benchmark.command, str(files.input_csv)]
     interrupted = False
+    interrupt = ""
     start_error = ""
     run = run_embedded if is_embedded(command[:-1]) else run_command  # the torch kernels: a persistent worker
     try:
@@ -122,8 +123,9 @@ def measure_operations(
             stderr_path=files.stderr_txt,
             on_poll=on_poll,
         )
-    except KeyboardInterrupt:  # also SIGTERM, see tracking.install_sigterm_handler
+    except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see cli.job.install_sigterm_handler
         interrupted = True
+        interrupt = type(err).__name__
         stderr = files.stderr_txt.read_text(errors="replace") if files.stderr_txt.exists() else ""
         process = ProcessResult(returncode=None, timed_out=False, stdout="", stderr=stderr, seconds=0.0)
     except OSError as err:  # the program could not start at all: not executable, bad interpreter line
@@ -172,7 +174,7 @@ def measure_operations(
             run_error="\n".join(run_errors),
             stderr=process.stderr,
             interrupted=interrupted,
-            extra={"seconds": process.seconds},
+            extra={"seconds": process.seconds, **({"interrupt": interrupt} if interrupt else {})},
         ),
         files,
     )
