@@ -105,7 +105,7 @@ def torch_build_tags() -> dict[str, str]:
         pass
     try:
         out = subprocess.run(  # noqa: S603 - fixed argument list
-            [sys.executable, "-c", "import json, dlbench.tracking.system as s; print(json.dumps(s._torch_build_info()))"],
+            [sys.executable, "-c", f"import json, {__name__} as s; print(json.dumps(s._torch_build_info()))"],
             capture_output=True,
             text=True,
             timeout=120,
