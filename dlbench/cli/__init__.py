@@ -77,8 +77,11 @@ def cli() -> None:
     """Console entry. Errors become messages (the stack with ``verbose=true`` or ``HYDRA_FULL_ERROR=1``);
     Ctrl-C and SIGTERM end with 130 and 143 after the runs were ended KILLED; the last line names the runs."""
     from dlbench.cli.help import is_plain_help
+    from dlbench.cli.keys import split_argv
 
-    argv = sys.argv[1:]
+    # Hydra's parser takes overrides only before its flags; people write `--config-dir DIR` anywhere
+    flags, overrides = split_argv(sys.argv[1:])
+    argv = sys.argv[1:] = flags + overrides
     if is_plain_help(argv):
         from dlbench.cli.help import render_help
         from dlbench.cli.keys import config_dirs_from_argv

@@ -111,21 +111,38 @@ class UnknownKey:
         return f"unknown key {self.key!r} (in `{self.override}`){hint}"
 
 
+#: Hydra's flags that take a value (``--info`` takes one of INFO_CHOICES when it follows)
+FLAGS_WITH_VALUE = frozenset(
+    {"--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn", "--package", "-p", "--cfg", "-c",
+     "--experimental-rerun"}
+)  # fmt: skip
+INFO_CHOICES = frozenset({"all", "config", "defaults", "defaults-tree", "plugins", "searchpath"})
+
+
+def split_argv(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Hydra's flags (with their values) and the ``key=value`` overrides of a command line, each in order."""
+    flags: list[str] = []
+    overrides: list[str] = []
+    words = list(argv)
+    i = 0
+    while i < len(words):
+        word = words[i]
+        if word.startswith("-"):
+            flags.append(word)
+            takes_value = word in FLAGS_WITH_VALUE or (word in ("--info", "-i") and words[i + 1 : i + 2] and
+                                                        words[i + 1] in INFO_CHOICES)  # fmt: skip
+            if takes_value and i + 1 < len(words):
+                flags.append(words[i + 1])
+                i += 1
+        else:
+            overrides.append(word)
+        i += 1
+    return flags, overrides
+
+
 def command_line_overrides(argv: Sequence[str]) -> list[str]:
     """The ``key=value`` words of a dlbench command line (Hydra's flags and their values left out)."""
-    takes_value = {"--config-dir", "-cd", "--config-path", "-cp", "--config-name", "-cn", "--package", "-p"}
-    takes_value |= {"--cfg", "-c", "--info", "-i", "--experimental-rerun"}
-    words: list[str] = []
-    skip = False
-    for word in argv:
-        if skip:
-            skip = False
-            continue
-        if word.startswith("-"):
-            skip = word in takes_value
-            continue
-        words.append(word)
-    return words
+    return split_argv(argv)[1]
 
 
 def config_dirs_from_argv(argv: Sequence[str], default: Path) -> list[Path]:

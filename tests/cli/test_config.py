@@ -89,3 +89,13 @@ def test_cli_without_benchmark_says_how_to_choose_one(tmp_path: Path) -> None:
     result = run_dlbench(cwd=tmp_path)
     assert result.returncode != 0
     assert "python -m dlbench +benchmark=conv" in result.stderr
+
+
+def test_overrides_may_come_after_hydra_s_flags(tmp_path: Path) -> None:
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    result = run_dlbench(
+        "batch_size=3", "--config-dir", str(conf), "threads=2", "--cfg", "job", "dtype=bfloat16", cwd=tmp_path
+    )
+    assert result.returncode == 0, result.stderr
+    assert "batch_size: 3" in result.stdout and "threads: 2" in result.stdout and "dtype: bfloat16" in result.stdout
