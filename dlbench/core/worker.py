@@ -65,6 +65,7 @@ class Worker:
         if self.alive:
             return
         self._discard()
+        self._folder.mkdir(parents=True, exist_ok=True)  # again after close()
         read_end, write_end = os.pipe()
         self._log = (self._folder / "worker.log").open("w+b")
         try:

@@ -59,7 +59,12 @@ def run_embedded(
 ) -> ProcessResult:
     """:func:`dlbench.core.process.run_command` for an embedded kernel command, run by the worker."""
     worker = embedded_worker(env)
-    return worker.run(list(command[3:]), timeout=timeout, env=env, cwd=cwd, stderr_path=stderr_path, on_poll=on_poll)
+    result = worker.run(list(command[3:]), timeout=timeout, env=env, cwd=cwd, stderr_path=stderr_path, on_poll=on_poll)
+    if result.returncode or "CUDA error" in result.stderr:
+        # a failed program may leave its process in a bad state (a CUDA error sticks to its context): the next
+        # benchmark gets a fresh worker, as it would get a fresh process
+        worker.close()
+    return result
 
 
 @atexit.register

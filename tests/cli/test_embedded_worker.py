@@ -157,3 +157,17 @@ def test_only_the_embedded_kernel_command_goes_to_the_worker() -> None:
     assert not is_embedded([*COMMAND, "Conv", "--extra"])
     assert not is_embedded(["python", "-m", EMBEDDED_MODULE, "Conv"])  # another interpreter: its own process
     assert not is_embedded([sys.executable, "my_conv.py"])
+
+
+def test_a_benchmark_that_failed_leaves_the_next_one_a_fresh_worker(tmp_path: Path) -> None:
+    from dlbench.operators.embedded import close_workers, embedded_worker, run_embedded
+
+    env = to_environment({**SETTINGS, "memory_fraction": 1e-9})  # every row is skipped: the program fails
+    try:
+        failed = run_embedded([*COMMAND, "Relu", str(write_input(tmp_path / "a.csv", ROWS[:1]))], timeout=120, env=env)
+        assert failed.returncode == 1 and not embedded_worker(env).alive
+        ok = run_embedded([*COMMAND, "Relu", str(write_input(tmp_path / "b.csv", ROWS[:1]))], timeout=120,
+                          env=to_environment(SETTINGS))  # fmt: skip
+        assert ok.returncode == 0 and embedded_worker(to_environment(SETTINGS)).alive
+    finally:
+        close_workers()
