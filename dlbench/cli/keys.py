@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -29,22 +30,27 @@ class SchemaKeys:
 
     def closest(self, key: str) -> str:
         """The known key ``key`` most likely meant, or empty: the same last part under another node
-        (``min_reps`` -> ``measure.min_reps``), else the closest spelling."""
+        (``min_reps`` -> ``measure.min_reps``), else a close spelling under the same node, else anywhere."""
         candidates = sorted(self.leaves | self.open)  # keys that take a value
         parent, _, leaf = key.rpartition(".")
-        same_leaf = [c for c in candidates if c.rsplit(".", 1)[-1] == leaf]
+        same_leaf = [c for c in candidates if c.rpartition(".")[2] == leaf]
         if same_leaf:
             return same_leaf[0]
-        close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.6)
+        siblings = {c.rpartition(".")[2]: c for c in candidates if c.rpartition(".")[0] == parent}
+        close = difflib.get_close_matches(leaf, list(siblings), n=1, cutoff=0.6)
         if close:
-            return close[0]
-        siblings = [c for c in candidates if c.rpartition(".")[0] == parent]
-        containing = [c for c in siblings if leaf and leaf in c.rpartition(".")[2]]
+            return siblings[close[0]]
+        containing = [c for name, c in siblings.items() if leaf and leaf in name]
         if containing:
             return containing[0]
-        by_leaf = {c.rsplit(".", 1)[-1]: c for c in candidates}
+        by_leaf = {c.rpartition(".")[2]: c for c in candidates}
         close = difflib.get_close_matches(leaf, list(by_leaf), n=1, cutoff=0.75)
-        return by_leaf[close[0]] if close else ""
+        if close:
+            return by_leaf[close[0]]
+        if parent and parent not in self.nodes:  # a misspelt node: compare whole keys
+            close = difflib.get_close_matches(key, candidates, n=1, cutoff=0.8)
+            return close[0] if close else ""
+        return ""
 
 
 def _dataclass_of(hint: Any) -> type | None:
@@ -155,22 +161,23 @@ def config_dirs_from_argv(argv: Sequence[str], default: Path) -> list[Path]:
     return dirs
 
 
-def unknown_keys(overrides: Sequence[str], keys: SchemaKeys, groups: Iterable[str]) -> list[UnknownKey]:
-    """Overrides whose key is neither in the schema nor a config group. Syntax errors are left to Hydra,
-    which names the offending character."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-    from hydra.errors import HydraException
+#: The key of an override: ``key=value``, ``+key=value``, ``++key=value``, ``~key``, ``group@package=option``
+OVERRIDE_KEY = re.compile(r"^(?:~|\+\+|\+)?(?P<key>[^=@~+][^=@]*?)(?P<package>@[^=]*)?(?:=|$)")
 
+
+def unknown_keys(overrides: Sequence[str], keys: SchemaKeys, groups: Iterable[str]) -> list[UnknownKey]:
+    """Overrides whose key is neither in the schema nor a config group. Anything that does not parse as an
+    override is left to Hydra, whose parser names the offending character."""
     group_names = set(groups)
-    parser = OverridesParser.create()
     found = []
     for text in overrides:
-        try:
-            (override,) = parser.parse_overrides([text])
-        except HydraException:
+        if "=" not in text and not text.startswith("~"):
+            continue  # not an override at all: Hydra says so
+        match = OVERRIDE_KEY.match(text)
+        if match is None or match.group("package"):
             continue
-        key = override.key_or_group
-        if key == "hydra" or key.startswith(("hydra.", "hydra/")) or override.package is not None:
+        key = match.group("key").strip()
+        if key == "hydra" or key.startswith(("hydra.", "hydra/")):
             continue
         if key in group_names or "/" in key or keys.known(key):
             continue
