@@ -11,6 +11,8 @@ Each figure is the median over ``--repeats`` runs (the sweep: over the runs into
 run, which also creates the store, is shown apart). The floor of any command that tracks its work is shown
 too: starting Python and importing MLflow, torch and onnx, each in a fresh interpreter. The load average is
 printed before and after: on a busy machine every figure grows; compare ratios measured on a quiet one.
+``cpu_s`` is the CPU time (user + system) of the command and its children, which a busy machine inflates less
+than wall time (a sweep's includes its kernels, on every thread they use).
 
 Usage: python bench/overhead.py [--repeats 3] [--batch-size 1] [--out overhead.csv] [--fail-above RATIO]
 ``--fail-above`` exits with 1 when a median exceeds RATIO times its target (a loose guard for CI).
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -36,10 +39,21 @@ def load_average() -> str:
     return "load average " + ", ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
+#: CPU seconds (user + system) of every finished command, in order: less sensitive to a busy machine than wall
+#: time for the single-threaded commands (the sweep's include its kernels' threads)
+CPU_SECONDS: list[float] = []
+
+
+def _children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
 def timed(command: list[str], cwd: Path, env: dict[str, str]) -> float:
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), _children_cpu()
     result = subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, check=False)  # noqa: S603
     seconds = time.perf_counter() - start
+    CPU_SECONDS.append(_children_cpu() - cpu)
     if result.returncode != 0:
         raise SystemExit(f"{' '.join(command)} failed ({result.returncode}):\n{result.stderr[-3000:]}")
     return seconds
@@ -94,7 +108,8 @@ def main() -> int:
 
     def figure(name: str, seconds: list[float], target: float | None, note: str = "") -> None:
         median = statistics.median(seconds)
-        rows.append({"command": name, "median_s": median, "min_s": min(seconds), "runs": len(seconds),
+        cpu = statistics.median(CPU_SECONDS[-len(seconds) :])
+        rows.append({"command": name, "median_s": median, "min_s": min(seconds), "cpu_s": cpu, "runs": len(seconds),
                      "target_s": target, "ratio": median / target if target else None, "note": note})  # fmt: skip
 
     with tempfile.TemporaryDirectory(prefix="dlbench_overhead_") as tmp:
