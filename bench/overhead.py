@@ -114,7 +114,11 @@ def main() -> int:
 
     with tempfile.TemporaryDirectory(prefix="dlbench_overhead_") as tmp:
         work = Path(tmp)
-        for what, code in (("python", "pass"), ("import mlflow", "import mlflow"), ("import torch", "import torch"),
+        store_code = (
+            f"from mlflow.tracking import MlflowClient; MlflowClient('sqlite:///{work}/f.db').search_experiments()"
+        )
+        for what, code in (("python", "pass"), ("import mlflow", "import mlflow"),
+                           ("mlflow + a SQLite store", store_code), ("import torch", "import torch"),
                            ("import onnx", "import onnx")):  # fmt: skip
             floor = [timed([sys.executable, "-c", code], work, env) for _ in range(args.repeats)]
             figure(f"floor: {what}", floor, None)

@@ -111,4 +111,17 @@ def cli() -> None:
     line = _final_line()
     if line:
         print(line, file=sys.stderr if status else sys.stdout, flush=True)
-    sys.exit(status)
+    _exit_now(status)
+
+
+def _exit_now(status: int) -> None:
+    """Exit without tearing the interpreter down: with MLflow, pandas and SQLAlchemy loaded that takes a second
+    or two, after everything was written. The exit handlers still run (logs, temporary folders, workers)."""
+    import atexit
+
+    if "dlbench.tracking.store" not in sys.modules:
+        sys.exit(status)  # nothing heavy was loaded: the ordinary exit is as fast
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

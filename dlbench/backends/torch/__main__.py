@@ -10,5 +10,5 @@ if __name__ == "__main__":
     if sys.argv[1:2] == ["--serve"] and len(sys.argv) == 3:
         from dlbench.core.worker import serve
 
-        sys.exit(serve(main, int(sys.argv[2])))
+        serve(main, int(sys.argv[2]))
     sys.exit(main())
