@@ -1,90 +1,24 @@
 """The command line, a Hydra app: ``python -m dlbench [task=...] [+benchmark=NAME] [key=value ...]``. The only
-module that reads Hydra's globals; it hands the task plain values (:class:`AppContext`)."""
+package that reads Hydra's globals; it hands the task plain values (:class:`AppContext`).
+
+The entry answers ``--help`` without Hydra, refuses keys outside the schema before composing, and turns
+every failure into a short message with a meaningful exit status (see :mod:`dlbench.cli.errors`)."""
 
 from __future__ import annotations
 
 import os
 import sys
-from contextlib import nullcontext
-from dataclasses import replace
 from pathlib import Path
 
 from dlbench import CONF_DIR
 
-
-def _context_from_hydra(cfg: object) -> object:
-    from hydra.core.hydra_config import HydraConfig
-    from omegaconf import OmegaConf
-
-    from dlbench.core.context import AppContext
-
-    hydra_cfg = HydraConfig.get()
-    dirs = [Path(source.path) for source in hydra_cfg.runtime.config_sources if source.schema == "file"]
-    multirun = str(hydra_cfg.mode) == "RunMode.MULTIRUN"
-    return AppContext(
-        config_dirs=tuple(dict.fromkeys(dirs)),
-        start_dir=Path.cwd(),
-        output_dir=Path(hydra_cfg.runtime.output_dir),
-        sweep_id=Path(hydra_cfg.sweep.dir).name if multirun else "",
-        job=str(hydra_cfg.job.num) if multirun else "",
-        overrides=tuple(hydra_cfg.overrides.task),
-        config_yaml=OmegaConf.to_yaml(cfg, resolve=True),
-        extra_tags=_parent_run_tags(),
-    )
-
-
-def _parent_run_tags() -> dict[str, str]:
-    """Runs become children of the run named by DLBENCH_PARENT_RUN_ID (set by ``dlbench.tracking.project``)."""
-    parent = os.environ.get("DLBENCH_PARENT_RUN_ID", "")
-    return {"mlflow.parentRunId": parent} if parent else {}
-
-
-def _job_cores(config: object) -> object:
-    """``exclusive_cores=true`` in a multirun: pin this job to its own block of cores (a context manager)."""
-    from hydra.core.hydra_config import HydraConfig
-
-    from dlbench.cli.callbacks import launcher_parallelism
-    from dlbench.core.affinity import exclusive_cores
-
-    hydra_cfg = HydraConfig.get()
-    if not getattr(config, "exclusive_cores", False) or str(hydra_cfg.mode) != "RunMode.MULTIRUN":
-        return nullcontext(None)
-    lock_dir = Path(hydra_cfg.sweep.dir) / ".cores"
-    return exclusive_cores(int(hydra_cfg.job.num), config.threads, launcher_parallelism(hydra_cfg.launcher), lock_dir)
-
-
-def install_sigterm_handler() -> None:
-    """Turn SIGTERM into :class:`RunInterrupted`, so runs end KILLED and children are stopped."""
-    import signal
-
-    from dlbench.core.errors import RunInterrupted
-
-    def handler(signum: int, frame: object) -> None:
-        raise RunInterrupted(f"received {signal.Signals(signum).name}")
-
-    signal.signal(signal.SIGTERM, handler)
+INTERRUPT_STATUS = {"KeyboardInterrupt": 130, "RunInterrupted": 143}
 
 
 def _entry(cfg: object) -> None:
-    from omegaconf import OmegaConf
+    from dlbench.cli.job import run_job
 
-    from dlbench.config import DlbenchConfig
-    from dlbench.core.errors import TaskFailed
-    from dlbench.core.slurm import job_threads
-    from dlbench.tasks import run_task
-
-    install_sigterm_handler()
-    config = OmegaConf.to_object(cfg)
-    assert isinstance(config, DlbenchConfig)
-    config = replace(config, threads=job_threads(config.threads))  # threads=0 in a Slurm job: the job's CPUs
-    context = _context_from_hydra(cfg)
-    with _job_cores(config) as block:
-        if block is not None:
-            config = replace(config, threads=block.threads)
-            context = replace(context, extra_tags={**context.extra_tags, "dlbench.cores": block.label})
-        status = run_task(config, context)
-    if status:
-        raise TaskFailed(f"task={config.task} finished with failures (exit status {status}); see the log above")
+    run_job(cfg)
 
 
 def main() -> None:
@@ -98,11 +32,96 @@ def main() -> None:
     app()
 
 
+def _check_overrides(argv: list[str]) -> None:
+    """Refuse keys the schema does not have, with or without ``+``, before anything is composed."""
+    from dlbench.cli.errors import UnknownKeys
+    from dlbench.cli.keys import command_line_overrides, config_dirs_from_argv, config_groups, schema_keys, unknown_keys
+    from dlbench.config import DlbenchConfig
+
+    overrides = command_line_overrides(argv)
+    if not overrides:
+        return
+    groups = config_groups(config_dirs_from_argv(argv, CONF_DIR))
+    unknown = unknown_keys(overrides, schema_keys(DlbenchConfig), groups)
+    if unknown:
+        raise UnknownKeys([problem.message() for problem in unknown])
+
+
+def _final_line() -> str:
+    """The runs this command made (in this process, or by the jobs of its multirun), for the last line."""
+    summary = sys.modules.get("dlbench.cli.summary")
+    sweep_dir = summary.RememberSweep.sweep_dir if summary is not None else None
+    if sweep_dir is None and "dlbench.tracking.runs" not in sys.modules:
+        return ""  # nothing here opened a run (and importing tracking to say so would cost a second)
+    from dlbench.cli.summary import final_line, read_records, records_of_this_process
+
+    records, failed_jobs = read_records(sweep_dir) if sweep_dir is not None else (records_of_this_process(), [])
+    new_stores = []
+    if "dlbench.tracking.store" in sys.modules:
+        from dlbench.tracking.store import TrackingTarget, created_by_this_process
+
+        new_stores = [r.uri for r in records if created_by_this_process(TrackingTarget(r.uri, r.experiment))]
+    return final_line(records, Path.cwd(), new_stores, failed_jobs)
+
+
+def _exit_status(code: object) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # SystemExit("message"): what Python itself would print
+    return 1
+
+
 def cli() -> None:
-    """Console entry: a one-line message on Ctrl-C/SIGTERM (runs were already ended KILLED), with the
-    conventional exit statuses 130 and 143."""
+    """Console entry. Errors become messages (the stack with ``verbose=true`` or ``HYDRA_FULL_ERROR=1``);
+    Ctrl-C and SIGTERM end with 130 and 143 after the runs were ended KILLED; the last line names the runs."""
+    from dlbench.cli.help import is_plain_help
+    from dlbench.cli.keys import split_argv
+
+    # Hydra's parser takes overrides only before its flags; people write `--config-dir DIR` anywhere
+    flags, overrides = split_argv(sys.argv[1:])
+    argv = sys.argv[1:] = flags + overrides
+    if is_plain_help(argv):
+        from dlbench.cli.help import render_help
+        from dlbench.cli.keys import config_dirs_from_argv
+
+        print(render_help(config_dirs_from_argv(argv, CONF_DIR)))
+        return
+    from dlbench.cli.job import FULL_ERROR_ENV, user_wants_stack
+
+    verbose = user_wants_stack(any(w.lstrip("+") in ("verbose=true", "verbose=True", "verbose=1") for w in argv))
+    os.environ.setdefault(FULL_ERROR_ENV, "1" if verbose else "0")
+    # Hydra prints its own report (a traceback) for errors unless this is set; with it they come back here.
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    status = 0
     try:
+        _check_overrides(argv)
         main()
+    except SystemExit as done:
+        status = _exit_status(done.code)
     except KeyboardInterrupt as err:
         print(f"dlbench: interrupted ({err})" if str(err) else "dlbench: interrupted", file=sys.stderr)
-        sys.exit(143 if type(err).__name__ == "RunInterrupted" else 130)
+        status = INTERRUPT_STATUS.get(type(err).__name__, 130)
+    except Exception as err:
+        from dlbench.cli.errors import JobFailed, report
+
+        # a failed multirun job has said what went wrong already
+        status = err.status if isinstance(err, JobFailed) else report(err, verbose)
+    line = _final_line()
+    if line:
+        print(line, file=sys.stderr if status else sys.stdout, flush=True)
+    _exit_now(status)
+
+
+def _exit_now(status: int) -> None:
+    """Exit without tearing the interpreter down: with MLflow, pandas and SQLAlchemy loaded that takes a second
+    or two, after everything was written. The exit handlers still run (logs, temporary folders, workers)."""
+    import atexit
+
+    if "dlbench.tracking.store" not in sys.modules:
+        sys.exit(status)  # nothing heavy was loaded: the ordinary exit is as fast
+    atexit._run_exitfuncs()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)

@@ -4,11 +4,14 @@ no orphans left behind; used for benchmark executables and training scripts alik
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import tempfile
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO
@@ -52,7 +55,46 @@ class ProcessResult:
         return ""
 
 
-def _read_tail(handle: IO[bytes], keep: int = STDERR_KEEP_BYTES) -> str:
+#: Signals every child meets with their default action. An ignored signal stays ignored across exec, and a CI
+#: job without a terminal (or a shell's background job) starts dlbench with SIGINT ignored; a benchmark or a
+#: training script that inherited that would not stop the way it does in a terminal.
+DEFAULT_IN_CHILDREN = (signal.SIGINT, signal.SIGTERM)
+
+
+def _still_ignored(signum: int, frame: object) -> None:
+    """Stands in for SIG_IGN while a child is spawned: handlers, unlike SIG_IGN, do not survive exec."""
+
+
+@contextmanager
+def default_signals_in_children() -> Iterator[None]:
+    """Processes started inside this block begin with the default action for :data:`DEFAULT_IN_CHILDREN`,
+    while this process keeps ignoring what it ignored (no ``preexec_fn``, which is unsafe with threads)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield  # signal.signal works in the main thread only; dlbench spawns from there
+        return
+    replaced = {}
+    for signum in DEFAULT_IN_CHILDREN:
+        if signal.getsignal(signum) == signal.SIG_IGN:
+            replaced[signum] = signal.signal(signum, _still_ignored)
+    try:
+        yield
+    finally:
+        for signum, previous in replaced.items():
+            signal.signal(signum, previous)
+
+
+#: Lines libraries print on every call that say nothing about a failure: kineto (torch.profiler) announces
+#: each profiler start and stop. They stay in the stderr file and artifact, but not in a message.
+NOISE = re.compile(r"^(USDT:.*\bprofiler_(start|stop)\b|STAGE:.*ActivityProfilerController)")
+
+
+def meaningful_tail(text: str, lines: int = 10) -> str:
+    """The last ``lines`` lines of a program's stderr that are not :data:`NOISE`, for an error message."""
+    kept = [line for line in text.strip().splitlines() if not NOISE.match(line.strip())]
+    return "\n".join(kept[-lines:])
+
+
+def read_tail(handle: IO[bytes], keep: int = STDERR_KEEP_BYTES) -> str:
     """The last ``keep`` bytes of a file, without reading a flood of output into memory."""
     size = handle.seek(0, os.SEEK_END)
     handle.seek(max(0, size - keep))
@@ -82,15 +124,16 @@ def run_command(
         full_env.update(env)
     start = time.perf_counter()
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
-            list(command),
-            stdout=out,
-            stderr=err,
-            stdin=subprocess.DEVNULL,
-            env=full_env,
-            cwd=cwd,
-            start_new_session=True,
-        )
+        with default_signals_in_children():
+            proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+                list(command),
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=full_env,
+                cwd=cwd,
+                start_new_session=True,
+            )
         timed_out = False
         flooded = ""
         deadline = start + timeout
@@ -104,7 +147,7 @@ def run_command(
                         timed_out = True
                         kill_process_group(proc)
                         break
-                    flooded = _flooded(out, err, max_log_bytes)
+                    flooded = flooded_streams(out, err, max_log_bytes)
                     if flooded:
                         kill_process_group(proc)
                         break
@@ -115,11 +158,11 @@ def run_command(
             kill_process_group(proc)
             raise
         finally:
-            stderr = _read_tail(err)
+            stderr = read_tail(err)
             if stderr_path is not None:
                 stderr_path.write_text(stderr, encoding="utf-8")
         seconds = time.perf_counter() - start
-        stdout = _read_tail(out)
+        stdout = read_tail(out)
     return ProcessResult(
         returncode=proc.returncode,
         timed_out=timed_out,
@@ -130,7 +173,7 @@ def run_command(
     )
 
 
-def _flooded(out: IO[bytes], err: IO[bytes], limit: int) -> str:
+def flooded_streams(out: IO[bytes], err: IO[bytes], limit: int) -> str:
     for name, handle in (("stdout", out), ("stderr", err)):
         size = os.fstat(handle.fileno()).st_size
         if size > limit:

@@ -9,11 +9,11 @@ from dataclasses import asdict
 from pathlib import Path
 
 from dlbench.config import DlbenchConfig
-from dlbench.core.errors import TaskFailed
+from dlbench.core.errors import RunInterrupted, TaskFailed
 from dlbench.core.progress import progress
 from dlbench.core.values import Operation, SweepResult
 from dlbench.operators.registry import OperatorBenchmark
-from dlbench.operators.runner import RunSettings, SweepFiles, measure_operations
+from dlbench.operators.runner import RunSettings, SweepFiles, failure_summary, measure_operations
 
 
 def sweep_params(cfg: DlbenchConfig, entry: OperatorBenchmark, benchmark_name: str, n_ops: int, device: str) -> dict:
@@ -70,8 +70,10 @@ def measure_with_progress(
 def raise_for_result(name: str, result: SweepResult, kept: str = "") -> None:
     """After logging: re-raise an interrupt, or fail with every run-wide and per-operation problem."""
     if result.interrupted:
-        raise KeyboardInterrupt(f"{name} was interrupted" + (f"; {kept}" if kept else ""))
+        # SIGTERM stays SIGTERM (exit status 143), Ctrl-C stays Ctrl-C (130)
+        signal = RunInterrupted if result.extra.get("interrupt") == RunInterrupted.__name__ else KeyboardInterrupt
+        raise signal(f"{name} was interrupted" + (f"; {kept}" if kept else ""))
     if not result.ok:
         problems = [result.run_error] if result.run_error else []
-        problems += [f"id {i}: {result.measurements[i].error}" for i in result.failed_ids]
+        problems += failure_summary(result)
         raise TaskFailed(f"{name}: " + "\n  ".join(problems))

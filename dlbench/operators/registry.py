@@ -18,6 +18,8 @@ from dlbench.operators.passes import check_passes
 PYTHON_ALIASES = ("python", "python3")
 #: A synonym that serves every op type (an executable that runs any ONNX node, given its node file).
 ANY_OP_TYPE = "*"
+NATIVE_BUILD = PROJECT_ROOT / "native" / "build"
+BUILD_COMMAND = "cmake -S native -B native/build -DCMAKE_BUILD_TYPE=Release && cmake --build native/build -j"
 
 
 class RegistryError(ValueError):
@@ -89,6 +91,8 @@ def command_availability(command: Sequence[str]) -> str:
     path = Path(program)
     if not path.is_absolute():
         return f"executable {program} not found on PATH"
+    if not path.exists() and path.is_relative_to(NATIVE_BUILD):
+        return f"not built yet ({path} is missing); build the native kernels in {PROJECT_ROOT} with: {BUILD_COMMAND}"
     if not path.exists():
         return f"executable not found: {path}"
     if not os.access(path, os.X_OK) or path.is_dir():

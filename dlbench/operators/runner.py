@@ -15,6 +15,7 @@ from dlbench.core.process import ProcessResult, run_command
 from dlbench.core.settings import EXECUTABLE_SETTINGS, default, to_environment
 from dlbench.core.values import Measurement, Operation, SweepResult, TimeStats
 from dlbench.operators.align import AlignmentError, align_operation, misfit
+from dlbench.operators.embedded import is_embedded, run_embedded
 from dlbench.operators.node_file import nodes_path_for, write_nodes
 from dlbench.operators.protocol import (
     ProtocolError,
@@ -74,6 +75,27 @@ def _stderr_lines_about(stderr: str, op_id: int) -> str:
     return "; ".join(hits[:3])
 
 
+def failure_summary(result: SweepResult, shown_ids: int = 5, shown_reasons: int = 6) -> list[str]:
+    """The failed operations as a few lines: one per distinct reason (the operation's own id taken out of
+    it) with a count and the first ids, so 23 times the same problem reads as one line."""
+    groups: dict[str, list[int]] = {}
+    for op_id in result.failed_ids:
+        error = result.measurements[op_id].error
+        reason = re.sub(rf"\bid\s*[:=]?\s*{op_id}\b", "id N", re.sub(rf"\s+for id {op_id}\b", "", error))
+        groups.setdefault(reason, []).append(op_id)
+    lines = []
+    for reason, ids in list(groups.items())[:shown_reasons]:
+        if len(ids) == 1:
+            lines.append(f"id {ids[0]}: {result.measurements[ids[0]].error}")
+            continue
+        more = f" and {len(ids) - shown_ids} more" if len(ids) > shown_ids else ""
+        lines.append(f"{len(ids)} operations (ids {', '.join(map(str, ids[:shown_ids]))}{more}): {reason}")
+    if len(groups) > shown_reasons:
+        rest = sum(len(ids) for ids in list(groups.values())[shown_reasons:])
+        lines.append(f"{rest} more operations failed for other reasons (the run's failed_operations.csv)")
+    return lines
+
+
 def measure_operations(
     benchmark: OperatorBenchmark,
     operations: Sequence[Operation],
@@ -110,12 +132,14 @@ def measure_operations(
     files.output_csv.unlink(missing_ok=True)
     command = [*benchmark.command, str(files.input_csv)]
     interrupted = False
+    interrupt = ""
     start_error = ""
     # what else the machine does while the benchmark runs (per run and per result row)
     watch = InterferenceWatch(settings.threads, settings.device, lambda: ids_written(files.output_csv), benchmark.name)
+    run = run_embedded if is_embedded(command[:-1]) else run_command  # the torch kernels: a persistent worker
     try:
         with watch:
-            process = run_command(
+            process = run(
                 command,
                 timeout=settings.timeout_s,
                 env=settings.environment(),
@@ -123,8 +147,9 @@ def measure_operations(
                 stderr_path=files.stderr_txt,
                 on_poll=on_poll,
             )
-    except KeyboardInterrupt:  # also SIGTERM, see tracking.install_sigterm_handler
+    except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see cli.job.install_sigterm_handler
         interrupted = True
+        interrupt = type(err).__name__
         stderr = files.stderr_txt.read_text(errors="replace") if files.stderr_txt.exists() else ""
         process = ProcessResult(returncode=None, timed_out=False, stdout="", stderr=stderr, seconds=0.0)
     except OSError as err:  # the program could not start at all: not executable, bad interpreter line
@@ -166,6 +191,8 @@ def measure_operations(
     if unexplained:
         more = f" (and {len(unexplained) - 20} more)" if len(unexplained) > 20 else ""
         run_errors.append("\n".join(unexplained[:20]) + more)
+    if run_errors and process.stderr.strip() and not interrupted:
+        run_errors[0] += f" (its stderr: {files.stderr_txt})"
     ordered = {op.id: measurements[op.id] for op in operations}
     return (
         SweepResult(
@@ -173,7 +200,7 @@ def measure_operations(
             run_error="\n".join(run_errors),
             stderr=process.stderr,
             interrupted=interrupted,
-            extra={"seconds": process.seconds},
+            extra={"seconds": process.seconds, **({"interrupt": interrupt} if interrupt else {})},
             interference=watch.report,
         ),
         files,

@@ -26,18 +26,25 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         **{f"roofline.{k}": v for k, v in vars(cfg.roofline).items()},
     }
     with open_run(cfg, ctx, kind=ROOFLINE_KIND, benchmark=name, name=f"roofline-{device}", params=params) as run:
-        roofline, table, skipped = measure_roofline(cfg, device)
+        roofline, table, skipped, emulated = measure_roofline(cfg, device)
         run.log_metrics(roofline_metrics(roofline))
         run.log_table(table, "roofline.csv")
         if skipped:
             run.log_text("".join(f"{dtype}: {reason}\n" for dtype, reason in skipped.items()), "skipped_dtypes.txt")
             run.set_tags({"dlbench.skipped_dtypes": ",".join(skipped)})
+        if emulated:
+            run.set_tags({"dlbench.emulated_dtypes": ",".join(emulated)})
         fig = plot_roofline(pd.DataFrame(columns=["intensity", "gflops_per_s"]), roofline.peak_gflops,
                             roofline.bandwidth_gbs, f"roofline {device}")  # fmt: skip
         run.log_figure(fig, "roofline.png")
         plt.close(fig)
         print(f"\n{run.run_name} (MLflow run {run.run_id})")
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        for dtype, reason in emulated.items():
+            print(f"{dtype}: emulated ({reason}); its peak is that of a software path, not of the hardware")
         for dtype, reason in skipped.items():
             print(f"{dtype}: not measured ({reason})")
+        spent = table[table["budget_spent"]]["kernel"].tolist() if len(table) else []
+        if spent:
+            print(f"{', '.join(spent)}: stopped after roofline.kernel_budget_s={cfg.roofline.kernel_budget_s:g} s")
     return 0

@@ -30,6 +30,9 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     device = resolve_device(cfg.device)
     registry = load_registry(ctx.config_dirs)
     implementations = select_implementations(registry, bench.op_type, cfg.backend, device)
+    unavailable = [f"{e.name} is not available: {e.unavailable_reason}" for e in implementations if not e.available]
+    if len(unavailable) == len(implementations):
+        raise TaskFailed("\n".join(unavailable))  # before the store is opened: nothing will be measured
     operations = operations_from_benchmark(bench, cfg.dtype)
     place = run_place(cfg, ctx)
     target = place.target
@@ -39,7 +42,6 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         reason = entry.unavailable_reason
         if reason:
             failures.append(f"{entry.name} is not available: {reason}")
-            log.error("%s is not available: %s", entry.name, reason)
             continue
         params = sweep_params(cfg, entry, bench.name, len(operations), device)
         # a tag, not a param: a hash among the params is what MLflow's compare page would plot first
@@ -87,9 +89,8 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
                     run_link(target, place.experiment_id, tracked.run_id),
                 )  # fmt: skip
                 raise_for_result(entry.name, result, f"{len(frame[frame.status == 'ok'])} operations were kept")
-        except TaskFailed as err:
+        except TaskFailed as err:  # reported once, with the others, when every implementation had its turn
             failures.append(str(err))
-            log.error("%s", err)
     if failures:
         raise TaskFailed("\n".join(failures))
     return 0

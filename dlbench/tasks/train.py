@@ -16,7 +16,7 @@ from dlbench.analysis.report import NOTE_TAG, training_note
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.errors import TaskFailed
-from dlbench.core.process import run_command
+from dlbench.core.process import meaningful_tail, run_command
 from dlbench.core.progress import progress
 from dlbench.operators.registry import TrainingBenchmark, command_availability, load_registry
 from dlbench.tracking.runs import job_run_name, open_run, run_place
@@ -121,7 +121,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         run.log_metrics({"process_seconds": result.seconds})
         problem = _failure(result, profile_dir)
         if problem:
-            tail = "\n".join(result.stderr.strip().splitlines()[-15:])
+            tail = meaningful_tail(result.stderr, 15)
             raise TaskFailed(f"training benchmark {entry.name}: {problem}" + (f"\n{tail}" if tail else ""))
         run.set_tags({NOTE_TAG: training_note(run.run_name, run.data().metrics)})
         if not cfg.quiet:

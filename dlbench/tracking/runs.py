@@ -17,6 +17,8 @@ from dlbench.tracking.ui import publish_view
 _PREPARED: dict[TrackingTarget, str] = {}
 #: Kinds of run that measure while open: MLflow's system metrics say whether the machine was busy meanwhile
 MONITORED_KINDS = frozenset({"operator_sweep", "training", "evaluation", "model_benchmark"})
+#: Every run opened in this process, in order: the command's last line names them.
+_OPENED: list[TrackedRun] = []
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,7 @@ def open_run(
     ``parent_run_id`` keep theirs, so they stay apart). The resolved configuration is logged with it."""
     place = run_place(cfg, ctx)
     monitored = kind in MONITORED_KINDS and parent_run_id is None  # one monitor per process is enough
-    return TrackedRun(
+    run = TrackedRun(
         place.target,
         name if parent_run_id else (cfg.mlflow.run_name or name),
         params,
@@ -91,3 +93,10 @@ def open_run(
         system_metrics_s=cfg.mlflow.system_metrics_interval_s if monitored else 0.0,
         heartbeat_s=cfg.gc.heartbeat_s,
     )
+    _OPENED.append(run)
+    return run
+
+
+def opened_runs() -> list[TrackedRun]:
+    """The runs ``open_run`` has started in this process so far (those that got as far as an id)."""
+    return [run for run in _OPENED if run.run_id]

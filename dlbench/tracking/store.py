@@ -3,6 +3,7 @@ search and artifact look-ups; with run.py, the only code that talks to MLflow.""
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -147,16 +148,48 @@ def check_reachable(target: TrackingTarget, timeout_s: float = 10.0) -> None:
         )
 
 
-def mlflow_client(target: TrackingTarget) -> Any:
+#: Loggers that narrate a store's creation (schema migrations) at INFO: a first run should stay quiet.
+CHATTY_LOGGERS = ("mlflow.store.db.utils", "alembic", "alembic.runtime.migration")
+
+
+def _quiet_store_chatter() -> None:
+    for name in CHATTY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.WARNING)
+
+
+@functools.lru_cache(maxsize=16)
+def _client(uri: str) -> Any:
+    # MLflow is imported here, on first use: --help, task=list and configuration errors never pay for it.
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=target.uri)
+    _quiet_store_chatter()
+    return MlflowClient(tracking_uri=uri)
+
+
+def mlflow_client(target: TrackingTarget) -> Any:
+    """One client (and one open store) per tracking URI for the whole process."""
+    return _client(target.uri)
+
+
+#: Stores and experiments this process created (the first run there): the command says how to open them.
+_CREATED: set[TrackingTarget] = set()
+
+
+def created_by_this_process(target: TrackingTarget) -> bool:
+    return target in _CREATED
+
+
+def _sqlite_missing(uri: str) -> bool:
+    return uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists()
 
 
 def prepare_store(target: TrackingTarget, timeout_s: float = 10.0) -> str:
     """Create the store and the experiment once (before parallel jobs start); return the experiment id."""
     check_reachable(target, timeout_s)
+    new_store = _sqlite_missing(target.uri)
     client = with_retry(lambda: mlflow_client(target), f"open {target.uri}")
+    if new_store:
+        _CREATED.add(target)
 
     def get_or_create() -> str:
         found = client.get_experiment_by_name(target.experiment)
@@ -167,7 +200,9 @@ def prepare_store(target: TrackingTarget, timeout_s: float = 10.0) -> str:
                 client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             return found.experiment_id
         try:
-            return client.create_experiment(target.experiment, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+            created = client.create_experiment(target.experiment, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
+            _CREATED.add(target)
+            return created
         except Exception:
             found = client.get_experiment_by_name(target.experiment)  # another job created it first
             if found is None:

@@ -28,7 +28,7 @@ def training_entry(cfg: DlbenchConfig, registry: Registry) -> tuple[TrainingBenc
 
 def export_model(cfg: DlbenchConfig, entry, arguments: list[str], workdir: Path) -> Path:
     """Run the training script with ``--export-onnx`` (its own arguments, so the model is the one trained)."""
-    from dlbench.core.process import run_command
+    from dlbench.core.process import meaningful_tail, run_command
 
     path = workdir / f"{entry.name}_bs{cfg.batch_size}.onnx"
     command = [*entry.command, *arguments, "--export-onnx", str(path)]
@@ -37,7 +37,7 @@ def export_model(cfg: DlbenchConfig, entry, arguments: list[str], workdir: Path)
     )
     failure = result.describe_failure()
     if failure or not path.exists():
-        tail = "\n".join(result.stderr.strip().splitlines()[-10:])
+        tail = meaningful_tail(result.stderr)
         raise TaskFailed(f"exporting {entry.name} to ONNX: the script {failure or 'wrote no model'}\n{tail}")
     return path
 
@@ -53,7 +53,7 @@ def _script_env(extra: dict[str, str] | None = None) -> dict[str, str]:
 
 def run_training(cfg: DlbenchConfig, entry, arguments: list[str], workdir: Path) -> tuple[Path, object]:
     """The instrumented training with its profile window; returns the profile folder and the process."""
-    from dlbench.core.process import run_command
+    from dlbench.core.process import meaningful_tail, run_command
     from dlbench.training.instrument import ENV_BATCHES, ENV_DIR, ENV_WARMUP
     from dlbench.training.profile import BATCHES_FILE
 
@@ -73,7 +73,7 @@ def run_training(cfg: DlbenchConfig, entry, arguments: list[str], workdir: Path)
     )
     failure = result.describe_failure()
     if failure or not (profile_dir / BATCHES_FILE).exists() or not list(profile_dir.glob("batch_*_ops.csv")):
-        tail = "\n".join(result.stderr.strip().splitlines()[-10:])
+        tail = meaningful_tail(result.stderr)
         raise TaskFailed(
             f"training {entry.name}: the script {failure or 'wrote no profile'} ({profile_dir})"
             + (f"\n{tail}" if tail else "")

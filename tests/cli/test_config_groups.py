@@ -27,7 +27,13 @@ def compose_config(*overrides: str, hydra_node: bool = False):
 
 def test_the_config_groups_are_the_ones_this_test_covers() -> None:
     groups = {p.relative_to(CONF_DIR).as_posix() for p in CONF_DIR.rglob("*") if p.is_dir()}
-    assert groups == {"benchmark", "match", "unfold", "registry", "training", "hydra", "hydra/launcher"}
+    assert groups == {"benchmark", "match", "unfold", "registry", "training", "hydra", "hydra/launcher", "hydra/help"}
+
+
+def test_the_help_option_is_dlbench_s_page() -> None:
+    cfg = compose_config("task=list", hydra_node=True)
+    assert cfg.hydra.help.app_name == "dlbench"
+    assert "Tasks (task=..., default list)" in cfg.hydra.help.template
 
 
 @pytest.mark.parametrize("name", options("benchmark"))

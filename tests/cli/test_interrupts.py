@@ -16,6 +16,8 @@ import psutil
 import pytest
 from helpers import FAST, REPO, Store, artifact_text, clean_env, live_processes_with, mlflow_runs
 
+from dlbench.core.process import default_signals_in_children, run_command
+
 #: Writes one row every ROW_S seconds; STUBBORN programs ignore SIGTERM and must be SIGKILLed.
 SLOW_PROGRAM = """\
 import signal, subprocess, sys, time
@@ -47,14 +49,27 @@ def write_slow_benchmark(conf: Path, marker: str, stubborn: bool = False, row_s:
 
 
 def start_dlbench(*overrides: str, cwd: Path, store: Store) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "dlbench", *overrides],
-        cwd=cwd,
-        env=clean_env(**store.env()),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    # dlbench as a terminal starts it, even when this test run inherited SIGINT ignored (CI without a terminal)
+    with default_signals_in_children():
+        return subprocess.Popen(
+            [sys.executable, "-m", "dlbench", *overrides],
+            cwd=cwd,
+            env=clean_env(**store.env()),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+
+
+@pytest.fixture(params=["terminal", "sigint_ignored"])
+def started_as(request: pytest.FixtureRequest):
+    """How the test run itself was started: from a terminal, or as a CI job that ignores SIGINT."""
+    if request.param == "sigint_ignored":
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        yield request.param
+        signal.signal(signal.SIGINT, previous)
+    else:
+        yield request.param
 
 
 def wait_for(condition, proc: subprocess.Popen[str], timeout: float = 120.0, what: str = "") -> None:
@@ -93,7 +108,7 @@ def interrupt(proc: subprocess.Popen[str], signum: int, timeout: float = 60.0) -
     ids=["sigint", "sigterm", "sigint_program_ignores_sigterm"],
 )
 def test_interrupted_sweep_ends_killed_with_the_rows_measured_so_far(
-    tmp_path: Path, store: Store, signum: int, stubborn: bool
+    tmp_path: Path, store: Store, signum: int, stubborn: bool, started_as: str
 ) -> None:
     marker = f"dlbench-interrupt-{tmp_path.name}"
     # a stubborn program goes on writing rows through the 2 s SIGTERM grace: slower rows keep some unwritten
@@ -105,7 +120,7 @@ def test_interrupted_sweep_ends_killed_with_the_rows_measured_so_far(
     wait_for(lambda: data_rows(out_glob, tmp_path) >= 2, proc, what="two rows were written")
     seconds, out, err = interrupt(proc, signum)
 
-    assert proc.returncode != 0, out + err
+    assert proc.returncode == (130 if signum == signal.SIGINT else 143), out + err
     assert seconds < (12 if stubborn else 8), f"{seconds:.1f} s from the signal to the exit"
     assert live_processes_with(marker) == [], "the benchmark's process group must be gone"
     assert live_processes_with(str(conf / "slow_relu.py")) == []
@@ -148,3 +163,44 @@ def test_interrupted_training_benchmark_ends_killed_and_stops_the_script(
     error = artifact_text(store, run.info.run_id, "error.txt")
     assert ("RunInterrupted: received SIGTERM" if signum == signal.SIGTERM else "KeyboardInterrupt") in error
     assert "batch_size: 8" in artifact_text(store, run.info.run_id, "config.yaml")
+
+
+CHILD_REPORTS_SIGNALS = (
+    "import signal; print(signal.getsignal(signal.SIGINT) is signal.default_int_handler, "
+    "signal.getsignal(signal.SIGTERM) == signal.SIG_DFL)"
+)
+
+
+def test_children_start_with_default_signal_handling_when_dlbench_ignores_sigint(tmp_path: Path) -> None:
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        result = run_command([sys.executable, "-c", CHILD_REPORTS_SIGNALS], timeout=60, cwd=tmp_path)
+        assert signal.getsignal(signal.SIGINT) == signal.SIG_IGN, "dlbench itself keeps ignoring SIGINT"
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    # Python installs its KeyboardInterrupt handler only where SIGINT starts with the default action
+    assert result.stdout.split() == ["True", "True"], result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM], ids=["sigint", "sigterm"])
+def test_an_interrupted_sweep_of_the_embedded_kernels_ends_killed_and_stops_the_worker(
+    tmp_path: Path, store: Store, signum: int
+) -> None:
+    # each row repeats for a second, so the signal arrives in the middle of the sweep
+    slow = ("measure.warmup=0", "measure.min_reps=1", "measure.max_reps=100000000", "measure.min_time_s=1.0")
+    proc = start_dlbench("+benchmark=relu", "batch_size=1", *slow, "quiet=true", cwd=tmp_path, store=store)
+    out_glob = ".dlbench/runs/*/protocol/torch_relu_relu_out.csv"
+    wait_for(lambda: data_rows(out_glob, tmp_path) >= 2, proc, what="two rows were written")
+    worker = psutil.Process(proc.pid).children(recursive=True)
+    assert any("dlbench.backends.torch" in " ".join(p.cmdline()) for p in worker)
+    seconds, out, err = interrupt(proc, signum)
+    assert proc.returncode == (130 if signum == signal.SIGINT else 143), out + err
+    assert seconds < 8, f"{seconds:.1f} s from the signal to the exit"
+    _, alive = psutil.wait_procs(worker, timeout=5)
+    assert alive == [], "the worker must be stopped"
+    (run,) = mlflow_runs(store)
+    assert run.info.status == "KILLED"
+    rows = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "results.csv"))))
+    measured = [r["id"] for r in rows if r["status"] == "ok"]
+    assert len(rows) == 6 and measured[:2] == ["0", "1"] and len(measured) < 6
+    assert "Traceback" not in err and "ended KILLED" in err.strip().splitlines()[-1]

@@ -25,6 +25,9 @@ from dlbench.operators.protocol import (
     samples_rows,
 )
 
+#: torch's own thread count, for ``DLBENCH_THREADS=0`` after a request with another count (a worker serves many)
+LIBRARY_THREADS = torch.get_num_threads()
+
 
 def _memory_fraction_from_env() -> float:
     try:
@@ -60,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         print(err, file=sys.stderr)
         return 2
     threads = int(run["threads"])
-    if threads > 0:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(threads if threads > 0 else LIBRARY_THREADS)
     device = _device_from_env()
     dtype_name = str(run["dtype"])
     if dtype_name not in DTYPES:
