@@ -121,6 +121,13 @@ def _exit_now(status: int) -> None:
 
     if "dlbench.tracking.store" not in sys.modules:
         sys.exit(status)  # nothing heavy was loaded: the ordinary exit is as fast
+    import threading
+
+    # what normal interpreter exit does first: join the threads and run threading's exit hooks (a multirun's
+    # own run is summed up there when the sweep failed or was interrupted, see cli.callbacks.at_exit)
+    shutdown = getattr(threading, "_shutdown", None)
+    if shutdown is not None:
+        shutdown()
     atexit._run_exitfuncs()
     sys.stdout.flush()
     sys.stderr.flush()
