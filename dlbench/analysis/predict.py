@@ -4,7 +4,8 @@ from operator benchmarks, set against the time each operation took in the profil
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
@@ -74,22 +75,63 @@ def op_type_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("in_training_ms", ascending=False, ignore_index=True)
 
 
-def measured_step_ms(batches: pd.DataFrame, warmup: int) -> tuple[float, float]:
-    """(median unprofiled step after the warm-up, median profiled step) in ms from ``batches.csv``.
+def measured_step_ms(batches: pd.DataFrame, warmup: int) -> tuple[float, float, int]:
+    """(median unprofiled step after the warm-up, median profiled step) in ms from ``batches.csv``, and how
+    many unprofiled steps after the warm-up there were.
 
     Profiled steps are slower (the profiler costs microseconds per operator call), so the step time the
-    prediction is compared with is that of the unprofiled steps after the warm-up."""
-    unprofiled = batches[(batches["profiled"] == 0) & (batches["step"] >= warmup)]
-    if unprofiled.empty:
-        unprofiled = batches[batches["profiled"] == 0]
+    prediction is compared with is that of the unprofiled steps after the warm-up; warm-up steps never count."""
+    steady = batches[(batches["profiled"] == 0) & (batches["step"] >= warmup)]
     profiled = batches[batches["profiled"] == 1]
-    steady = float(unprofiled["wall_s"].median()) * 1e3 if len(unprofiled) else math.nan
-    prof = float(profiled["wall_s"].median()) * 1e3 if len(profiled) else math.nan
-    return steady, prof
+    steady_ms = float(steady["wall_s"].median()) * 1e3 if len(steady) else math.nan
+    profiled_ms = float(profiled["wall_s"].median()) * 1e3 if len(profiled) else math.nan
+    return steady_ms, profiled_ms, len(steady)
+
+
+#: The operator terms of a prediction, by pass group, with what each sums.
+OPERATOR_TERMS = {
+    "forward": "operators: forward passes (benchmark median x occurrences)",
+    "backward": "operators: backward passes (unfolded gradient problems)",
+    "loss": "loss: forward and backward at the logits' shape",
+    "optimizer": "optimizer: the in-place update of every parameter tensor",
+}
+
+
+@dataclass(frozen=True)
+class ExtraTerm:
+    """A term not made of operations: an effect measured by its own microbenchmark and applied the same way
+    to every model (e.g. the framework's per-operator dispatch cost times the graph's operator count)."""
+
+    name: str
+    ms: float
+    source: str
+
+
+def prediction_terms(frame: pd.DataFrame, extra: Sequence[ExtraTerm] = ()) -> pd.DataFrame:
+    """The prediction as named lines that add up to it: operator benchmarks by pass group, each extra term,
+    and a line counting operations without a measurement (0 ms: the prediction leaves them out)."""
+    groups = frame.assign(group=frame["pass"].map(_pass_group))
+    rows = []
+    for group, source in OPERATOR_TERMS.items():
+        part = groups[groups["group"] == group]
+        rows.append({"term": group, "ms": float(part["predicted_ms"].fillna(0).sum()),
+                     "operations": int((part["status"] == "ok").sum()), "source": source})  # fmt: skip
+    for term in extra:
+        rows.append({"term": term.name, "ms": float(term.ms), "operations": 0, "source": term.source})
+    missing = frame[frame["status"] != "ok"]
+    rows.append({"term": "unmeasured operations", "ms": 0.0, "operations": len(missing),
+                 "source": "no benchmark measured them; counted as 0 ms"})  # fmt: skip
+    return pd.DataFrame(rows, columns=["term", "ms", "operations", "source"])
 
 
 def prediction_metrics(
-    frame: pd.DataFrame, match: Any, measured_ms: float, profiled_ms: float, nodes_total: int, nodes_served: int
+    frame: pd.DataFrame,
+    match: Any,
+    measured_ms: float,
+    profiled_ms: float,
+    nodes_total: int,
+    nodes_served: int,
+    terms: pd.DataFrame | None = None,
 ) -> dict[str, float]:
     """Run-level figures. Shares are of the profiled step's wall time (``profiled_ms``):
 
@@ -97,7 +139,8 @@ def prediction_metrics(
       any operator);
     - ``uncovered_time_pct``: time of operations that have no benchmark measurement.
     """
-    predicted = float(frame["predicted_ms"].fillna(0).sum())
+    terms = prediction_terms(frame) if terms is None else terms
+    predicted = float(terms["ms"].sum())
     assigned = float(frame["in_training_ms"].sum())
     covered = float(frame.loc[frame["status"] == "ok", "in_training_ms"].sum())
     operator_ms = match.total_us() / 1e3
@@ -116,12 +159,19 @@ def prediction_metrics(
         "in_training_covered_ms": covered,
         "operations": float(len(frame)),
         "operations_benchmarked": float((frame["status"] == "ok").sum()),
+        "operations_unmeasured": float((frame["status"] != "ok").sum()),
+        "unmeasured_in_training_ms": float(frame.loc[frame["status"] != "ok", "in_training_ms"].sum()),
+        **{f"predicted_ms.{_metric_key(r.term)}": float(r.ms) for r in terms.itertuples() if r.ms},
         "nodes_served_pct": 100.0 * nodes_served / nodes_total if nodes_total else math.nan,
     }
     covered_predicted = float(frame.loc[frame["status"] == "ok", "predicted_ms"].sum())
     if covered_predicted > 0:
         metrics["covered_ratio_training_to_benchmark"] = covered / covered_predicted
     return metrics
+
+
+def _metric_key(term: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in term).strip("_")
 
 
 def _nonnegative(value: float) -> float:

@@ -110,9 +110,10 @@ def test_measured_step_is_the_median_unprofiled_step_after_warmup():
             "profiled": [0, 0, 0, 1, 1, 0, 0, 0],
         }
     )
-    measured, profiled = measured_step_ms(batches, warmup=2)
-    assert measured == pytest.approx(115.0)
+    measured, profiled, steady = measured_step_ms(batches, warmup=2)
+    assert measured == pytest.approx(115.0) and steady == 4
     assert profiled == pytest.approx(550.0)
+    assert measured_step_ms(batches, warmup=6)[2] == 2, "warm-up steps never count as steady ones"
 
 
 def test_prediction_sums_benchmark_time_times_occurrences_and_reports_shares(tmp_path: Path):

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 from helpers import FAST, REPO, Store, artifact_text, mlflow_runs, run_dlbench, write_fake_benchmark
 
-SMALL_MLP = ("steps=7", "profile.warmup=3", "profile.batches=2", "batch_size=4")
+SMALL_MLP = ("steps=8", "profile.warmup=3", "profile.batches=2", "batch_size=4")
 
 
 def small_mlp_config(directory: Path) -> Path:
