@@ -107,6 +107,36 @@ class ExtraTerm:
     source: str
 
 
+#: One-element operators per benchmark call of the framework microbenchmark (its time is per this many).
+FRAMEWORK_OPS = 64
+#: FrameworkOverhead modes: plain dispatch, dispatch with autograd recording, autograd engine per node.
+FRAMEWORK_MODES = {"dispatch": 0, "recording": 1, "engine": 2}
+
+
+def framework_terms(autograd_nodes: int, per_op_ms: Mapping[str, float]) -> list[ExtraTerm]:
+    """The framework's cost beyond the operator benchmarks, from its microbenchmark (``per_op_ms`` by mode, ms
+    per one-element operator) and the graph's count of autograd-recorded nodes: each records a graph node in the
+    forward pass and runs through the autograd engine in the backward pass. The operator benchmarks already
+    hold each operator's plain dispatch, so only what autograd adds to it counts here."""
+    base = per_op_ms.get("dispatch")
+    if base is None or not autograd_nodes:
+        return []
+    terms = []
+    for mode, what in (("recording", "autograd recording in the forward pass"),
+                       ("engine", "autograd engine in the backward pass")):  # fmt: skip
+        if mode in per_op_ms:
+            extra = max(per_op_ms[mode] - base, 0.0)
+            terms.append(
+                ExtraTerm(
+                    f"framework: {mode}",
+                    autograd_nodes * extra,
+                    f"{what}: {autograd_nodes} nodes x {1e3 * extra:.3g} us (FrameworkOverhead mode "
+                    f"{FRAMEWORK_MODES[mode]} minus plain dispatch, one-element operators)",
+                )
+            )
+    return terms
+
+
 def prediction_terms(frame: pd.DataFrame, extra: Sequence[ExtraTerm] = ()) -> pd.DataFrame:
     """The prediction as named lines that add up to it: operator benchmarks by pass group, each extra term,
     and a line counting operations without a measurement (0 ms: the prediction leaves them out)."""

@@ -19,7 +19,15 @@ import pandas as pd
 from dlbench.analysis import match
 from dlbench.analysis.evaluation import Evaluation, log_evaluation, print_evaluation
 from dlbench.analysis.match import match_profile, profile_per_step
-from dlbench.analysis.predict import measured_step_ms, prediction_frame, prediction_metrics, prediction_terms
+from dlbench.analysis.predict import (
+    FRAMEWORK_MODES,
+    FRAMEWORK_OPS,
+    framework_terms,
+    measured_step_ms,
+    prediction_frame,
+    prediction_metrics,
+    prediction_terms,
+)
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.descriptors import DTYPE_BYTES, operation_cost
@@ -49,6 +57,7 @@ from dlbench.training.scripts import (
 
 #: The optimizer update's op_type; training runs PyTorch's optimizer whatever the backend measures
 SGD_OP_TYPE = "SGD"
+FRAMEWORK_OP_TYPE = "FrameworkOverhead"
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +103,32 @@ def measure_step(cfg: DlbenchConfig, ctx: AppContext, operations, device: str, r
         if result.interrupted:
             raise KeyboardInterrupt(f"{entry.name} was interrupted")
     return measurements, implementations, plan
+
+
+def measure_framework(cfg: DlbenchConfig, ctx: AppContext, registry: Registry, device: str, run) -> dict[str, float]:
+    """ms per one-element operator of PyTorch's plain dispatch, autograd recording and autograd engine (the
+    FrameworkOverhead benchmark of the torch backend: training runs PyTorch whatever ``backend`` measures)."""
+    entries = registry.serving(FRAMEWORK_OP_TYPE, "torch", device)
+    if not entries or entries[0].unavailable_reason:
+        log.warning("no torch %s benchmark on %s: the prediction has no framework terms", FRAMEWORK_OP_TYPE, device)
+        return {}
+    operations = [
+        Operation(mode, FRAMEWORK_OP_TYPE, (("ops", FRAMEWORK_OPS), ("mode", mode)), name=f"framework_{name}")
+        for name, mode in FRAMEWORK_MODES.items()
+    ]
+    result, files = measure_with_progress(
+        entries[0], operations, run_settings(cfg, device), ctx.output_dir / "protocol", "framework", cfg.quiet
+    )
+    for path in (files.input_csv, files.output_csv, files.stderr_txt):
+        if path.exists():
+            run.log_artifact(path, "protocol")
+    if result.interrupted:
+        raise KeyboardInterrupt(f"{entries[0].name} was interrupted")
+    return {
+        name: result.measurements[mode].stats.median_ms / FRAMEWORK_OPS
+        for name, mode in FRAMEWORK_MODES.items()
+        if result.measurements[mode].ok
+    }
 
 
 def optimizer_benchmark(registry: Registry, device: str):
@@ -183,7 +218,8 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         }
         matched = match_profile(profile, step.operations, step.passes, table, weights)
         frame = prediction_frame(step, measurements, implementations, matched.assigned_us)
-        terms = prediction_terms(frame)
+        framework_ms = measure_framework(cfg, ctx, registry, device, run)
+        terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, framework_ms))
         served_nodes = sum(
             count for op_type, count in extraction.node_counts.items() if registry.serving(op_type, cfg.backend, device)
         )

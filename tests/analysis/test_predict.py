@@ -71,9 +71,9 @@ def test_loss_and_optimizer_operations_follow_the_logits_and_parameter_shapes(tm
     mlp = nn.Sequential(nn.Linear(12, 24), nn.ReLU(), nn.Linear(24, 5))
     step, _ = step_of(export(mlp, torch.randn(3, 12), tmp_path / "mlp.onnx"), 7)
     loss = [op for op in step.operations if step.pass_of(op.id).startswith("loss")]
-    assert [(op.op_type, op.param_dict["H"], op.param_dict["W"], op.param_dict["mode"]) for op in loss] == [
-        ("Softmax", 7, 5, 0),
-        ("Softmax", 7, 5, 1),
+    assert [(op.op_type, op.param_dict["N"], op.param_dict["C"], op.param_dict["mode"]) for op in loss] == [
+        ("SoftmaxCrossEntropyLoss", 7, 5, 0),
+        ("SoftmaxCrossEntropyLoss", 7, 5, 1),
     ]
     updates = {
         (op.param_dict["H"], op.param_dict["W"]): op.count
@@ -130,7 +130,7 @@ def test_prediction_sums_benchmark_time_times_occurrences_and_reports_shares(tmp
     gemm_occurrences = sum(op.count for op in step.operations if op.op_type == "Gemm")
     assert frame["predicted_ms"].sum() == pytest.approx(2.0 * gemm_occurrences)
     assert set(frame.loc[frame["op_type"] == "Relu", "status"]) == {"failed"}
-    assert set(frame.loc[frame["op_type"] == "Softmax", "status"]) == {"no benchmark"}
+    assert set(frame.loc[frame["op_type"] == "SoftmaxCrossEntropyLoss", "status"]) == {"no benchmark"}
 
     profile = pd.DataFrame(
         [{"name": "aten::empty", "input_shapes": "[[]]", "calls": 1, "time_us": 500.0},

@@ -12,6 +12,7 @@ from dlbench.backends.torch.gemm import gemm
 from dlbench.backends.torch.norm import batchnorm, layernorm
 from dlbench.backends.torch.params import Kernel
 from dlbench.backends.torch.pool import global_avg_pool, pool_kernel
+from dlbench.backends.torch.training_ops import cross_entropy, dispatch
 
 KERNELS: dict[str, Kernel] = {
     "Conv": conv,
@@ -26,6 +27,8 @@ KERNELS: dict[str, Kernel] = {
     "Softmax": softmax,
     "LayerNormalization": layernorm,
     "SGD": sgd,
+    "SoftmaxCrossEntropyLoss": cross_entropy,
+    "FrameworkOverhead": dispatch,
 }
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
