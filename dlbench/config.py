@@ -182,6 +182,14 @@ class CompareConfig:
             raise ValueError(f"compare.max_runs must be >= 1, got {self.max_runs}")
 
 
+def _open_dict() -> Any:
+    """An empty map that accepts new keys on the command line (``dims.seq=128``, no ``+`` needed): Hydra
+    locks every other node against unknown keys, so that typos fail."""
+    from omegaconf import OmegaConf
+
+    return OmegaConf.create({}, flags={"struct": False})
+
+
 @dataclass
 class DlbenchConfig:
     """The top-level node: task, hyperparameters, measurement and tracking settings."""
@@ -195,7 +203,16 @@ class DlbenchConfig:
     timeout: float = 600.0
     steps: int = 30
     lr: float = 0.05
-    model: str = ""
+    #: task=extract / benchmark_model: an ONNX file, or a list of them (``model=[a.onnx,b.onnx]``)
+    model: Any = ""
+    #: symbolic input dimensions besides the batch, e.g. ``dims.seq=128`` (the batch is ``batch_size``)
+    dims: dict[str, int] = field(default_factory=lambda: _open_dict())
+    #: task=benchmark_model: take results of operations already measured on this system with the same
+    #: implementation, dtype, threads, measurement settings and dlbench version from the reuse store
+    reuse: bool = True
+    #: the reuse store (SQLite); empty: ``dlbench_reuse.db`` beside a SQLite MLflow store, else in the
+    #: directory dlbench was started from
+    reuse_store: str = ""
     output_dir: str = ""
     quiet: bool = False
     #: measure only the operations a previous, interrupted or failed run of the same sweep did not finish
@@ -226,6 +243,12 @@ class DlbenchConfig:
             raise ValueError(f"threads must be >= 0 (0: all cores), got {self.threads}")
         if self.timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {self.timeout}")
+        models = self.model if isinstance(self.model, list | tuple) else [self.model]
+        if not all(isinstance(m, str) for m in models):
+            raise ValueError(f"model={self.model!r}: give a path, or a list of paths: model=[a.onnx,b.onnx]")
+        for name, size in self.dims.items():
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"dims.{name}={size!r}: a dimension is a whole number >= 1, e.g. dims.{name}=128")
         if self.task == "run" and self.benchmark is None:
             raise ValueError("nothing to run: choose a benchmark, e.g. `python -m dlbench +benchmark=conv`")
 

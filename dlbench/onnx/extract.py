@@ -6,18 +6,21 @@ from __future__ import annotations
 import logging
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from dlbench.core.descriptors import DESCRIPTORS, operation_cost
 from dlbench.core.values import Number, Operation
 from dlbench.onnx.attributes import UnhandledAttribute, read_attributes
+from dlbench.onnx.classes import COMPUTE, CONSTANT, LAYOUT, classify_node, constant_outputs
 from dlbench.onnx.describe import CannotDescribe, NoCanonicalForm, describe_known, describe_unknown
-from dlbench.onnx.dims import set_batch
+from dlbench.onnx.dims import set_dimensions
 from dlbench.onnx.errors import ExtractionError
-from dlbench.onnx.infer import infer_shapes
+from dlbench.onnx.infer import element_types, infer_shapes, small_constant_values
 from dlbench.onnx.load import check_model, check_weights, default_opset, light_model, load_model
+from dlbench.onnx.names import layer_names
+from dlbench.onnx.rebatch import rebatch
 
 log = logging.getLogger(__name__)
 
@@ -32,7 +35,9 @@ class NodeRecord:
     ``input_shapes`` covers every input in order (``None`` for a missing optional input), ``constant``
     says which inputs are weights (initializers, Constant outputs, or computed from those only).
     ``attributes`` keeps every attribute readable (numbers, strings, short tensor summaries);
-    ``params`` are the benchmark parameters in descriptor order.
+    ``params`` are the benchmark parameters in descriptor order. ``layer`` is the stable name a person
+    recognises (:mod:`dlbench.onnx.names`); ``kind`` is ``compute`` or ``layout`` (with the ``reason`` its
+    cost is zero), see :mod:`dlbench.onnx.classes`.
     """
 
     index: int
@@ -44,6 +49,9 @@ class NodeRecord:
     output_shapes: tuple[Shape | None, ...]
     attributes: tuple[tuple[str, Any], ...]
     params: Params
+    layer: str = ""
+    kind: str = COMPUTE
+    reason: str = ""
 
     @property
     def activation_shapes(self) -> tuple[Shape, ...]:
@@ -80,14 +88,36 @@ class Extraction:
     skipped: tuple[SkippedNode, ...]
     notes: tuple[str, ...] = ()
     constant_nodes: int = 0
+    constant_names: tuple[str, ...] = ()
+    constant_counts: Mapping[str, int] = field(default_factory=dict)  # op_type -> constant nodes of it
+    dims: tuple[tuple[str, int], ...] = ()  # every symbolic input dimension set, the batch names included
+    rebatched_from: int | None = None  # the model's fixed batch, when it was changed to batch_size
 
     @property
     def total_nodes(self) -> int:
         return sum(self.node_counts.values())
 
+    @property
+    def compute_nodes(self) -> tuple[NodeRecord, ...]:
+        return tuple(n for n in self.nodes if n.kind == COMPUTE)
+
+    @property
+    def layout_nodes(self) -> tuple[NodeRecord, ...]:
+        return tuple(n for n in self.nodes if n.kind == LAYOUT)
+
+    def class_counts(self) -> dict[str, int]:
+        """Nodes by class: constant (weights), layout (zero cost), compute (operations), skipped."""
+        return {
+            CONSTANT: self.constant_nodes,
+            LAYOUT: len(self.layout_nodes),
+            COMPUTE: len(self.compute_nodes),
+            "skipped": len(self.skipped),
+        }
+
     def operations(self) -> list[Operation]:
-        """One operation per extracted node, ids in graph order (see :mod:`dlbench.opdb` to deduplicate)."""
-        return [node_operation(i, node) for i, node in enumerate(self.nodes)]
+        """One operation per compute node, ids in graph order (see :mod:`dlbench.opdb` to deduplicate);
+        constants and layout-only nodes are not operations."""
+        return [node_operation(i, node) for i, node in enumerate(self.compute_nodes)]
 
 
 def node_operation(op_id: int, node: NodeRecord) -> Operation:
@@ -101,6 +131,7 @@ def node_operation(op_id: int, node: NodeRecord) -> Operation:
         op_type=node.op_type,
         params=node.params,
         input_shapes=node.activation_shapes,
+        name=node.layer,
         count=1,
         nodes=(node.name,),
         flops=flops,
@@ -108,45 +139,21 @@ def node_operation(op_id: int, node: NodeRecord) -> Operation:
     )
 
 
-# --------------------------------------------------------------------------------------------- loading
-
-
-# --------------------------------------------------------------------------------------- batch size
-
-
-# -------------------------------------------------------------------------------------------- shapes
-
-
-# ----------------------------------------------------------------------------------------- attributes
-
-
-# ----------------------------------------------------------------------------------- known operators
-
-
-# ------------------------------------------------------------------------------------------ extraction
-
-
-def _constant_names(graph: Any) -> set[str]:
-    constants = {t.name for t in graph.initializer}
-    for node in graph.node:
-        inputs = [i for i in node.input if i]
-        if node.op_type == "Constant" or (inputs and all(i in constants for i in inputs)):
-            constants.update(o for o in node.output if o)
-    return constants
-
-
 def extract_operations(
     path: str | Path,
     batch_size: int,
     training: bool = True,
     strict: bool = False,
+    dims: Mapping[str, int] | None = None,
 ) -> Extraction:
-    """Read ``path`` and describe every node at ``batch_size``.
+    """Read ``path`` and describe every node at ``batch_size`` and the symbolic dimensions ``dims``.
 
     ``training``: the network is evaluated for training, so BatchNormalization forward uses batch
-    statistics (mode 0); otherwise inference (mode 2). Nodes whose shapes stay unknown or whose attributes
-    cannot be read are listed in ``Extraction.skipped``; ``strict`` raises :class:`ExtractionError` instead.
-    Constant nodes are weights, not operations: they are counted but not extracted.
+    statistics (mode 0); otherwise inference (mode 2). Nodes computed from weights only are constants and
+    layout-only nodes (:mod:`dlbench.onnx.classes`) are kept apart from the operators to measure. Nodes
+    whose shapes stay unknown or whose attributes cannot be read are listed in ``Extraction.skipped``;
+    ``strict`` raises :class:`ExtractionError` instead. A model with a fixed batch is re-batched where that
+    is provably consistent (:mod:`dlbench.onnx.rebatch`).
     """
     import onnx
 
@@ -161,44 +168,41 @@ def extract_operations(
     check_model(light, path)
     opset = default_opset(model)
     notes: list[str] = []
-    set_batch(light, batch_size, path, weights, notes)
-    shapes = infer_shapes(light, path, notes)
+    dimensions = set_dimensions(light, batch_size, dims or {}, path, weights)
+    rebatched_from = None
+    types = element_types(light.graph)
+    if dimensions.fixed_batch is not None:
+        rebatched_from = dimensions.fixed_batch
+        shapes, _ = rebatch(light, path, dimensions.batch_inputs, rebatched_from, batch_size, notes, weights, types)
+    else:
+        shapes = infer_shapes(light, path, notes, types)
     graph = model.graph
-    constants = _constant_names(graph)
+    constants, constant_nodes = constant_outputs(graph, shapes=shapes)
+    values = small_constant_values(graph)
+    names = layer_names(graph, constants)
 
     records: list[NodeRecord] = []
     skipped: list[SkippedNode] = []
+    constant_names: list[str] = []
+    constant_counts: Counter[str] = Counter()
     counts: Counter[str] = Counter()
-    constant_nodes = 0
     for index, node in enumerate(graph.node):
         counts[node.op_type] += 1
-        if node.op_type == "Constant" and not node.domain:
-            constant_nodes += 1
-            continue
         name = node.name or f"{node.op_type}_{index}"
+        if index in constant_nodes:
+            constant_names.append(name)
+            constant_counts[node.op_type] += 1
+            continue
+        kind, reason = classify_node(node, [types.get(i) for i in node.input], values)
         in_shapes = tuple(shapes.get(i) if i else None for i in node.input)
         try:
-            unknown = [i for i, shape in zip(node.input, in_shapes, strict=True) if i and shape is None]
-            if unknown:
-                raise CannotDescribe(
-                    f"shape of input {', '.join(map(repr, unknown))} unknown: neither ONNX nor symbolic shape "
-                    "inference could infer it"
-                )
-            readable, flat_attrs = read_attributes(node)
-            attrs = dict(readable)
-            params = None
-            if node.domain in ("", "ai.onnx"):
-                try:
-                    params = describe_known(node.op_type, in_shapes, attrs, opset, training)
-                except NoCanonicalForm as err:
-                    notes.append(f"node {name!r} ({node.op_type}): {err}; described by position")
-            if params is None:
-                params = describe_unknown(in_shapes, list(node.input), tuple(flat_attrs))
+            params = _describe(node, in_shapes, opset, training, notes, name) if kind == COMPUTE else ()
+            readable = read_attributes(node)[0] if kind == COMPUTE else []
         except (UnhandledAttribute, CannotDescribe) as err:
-            reason = f"{path}: node {name!r} ({node.op_type}): {err}"
+            message = f"{path}: node {name!r} ({node.op_type}): {err}"
             if strict:
-                raise ExtractionError(reason) from None
-            skipped.append(SkippedNode(index=index, name=name, op_type=node.op_type, reason=reason))
+                raise ExtractionError(message) from None
+            skipped.append(SkippedNode(index=index, name=name, op_type=node.op_type, reason=message))
             continue
         records.append(
             NodeRecord(
@@ -211,6 +215,9 @@ def extract_operations(
                 output_shapes=tuple(shapes.get(o) if o else None for o in node.output),
                 attributes=tuple(readable),
                 params=params,
+                layer=names[index],
+                kind=kind,
+                reason=reason,
             )
         )
     if skipped:
@@ -229,5 +236,30 @@ def extract_operations(
         nodes=tuple(records),
         skipped=tuple(skipped),
         notes=tuple(notes),
-        constant_nodes=constant_nodes,
+        constant_nodes=len(constant_names),
+        constant_names=tuple(constant_names),
+        constant_counts=dict(constant_counts),
+        dims=tuple(sorted(dimensions.values.items())),
+        rebatched_from=rebatched_from,
     )
+
+
+def _describe(
+    node: Any, in_shapes: tuple[Shape | None, ...], opset: int, training: bool, notes: list[str], name: str
+) -> Params:
+    unknown = [i for i, shape in zip(node.input, in_shapes, strict=True) if i and shape is None]
+    if unknown:
+        raise CannotDescribe(
+            f"shape of input {', '.join(map(repr, unknown))} unknown: neither ONNX nor symbolic shape "
+            "inference could infer it"
+        )
+    readable, flat_attrs = read_attributes(node)
+    if node.domain in ("", "ai.onnx"):
+        try:
+            params = describe_known(node.op_type, in_shapes, dict(readable), opset, training)
+        except NoCanonicalForm as err:
+            notes.append(f"node {name!r} ({node.op_type}): {err}; described by position")
+            params = None
+        if params is not None:
+            return params
+    return describe_unknown(in_shapes, list(node.input), tuple(flat_attrs))

@@ -40,13 +40,19 @@ def _value_shapes(graph: Any) -> dict[str, Shape | None]:
 
 
 def _open_outputs(graph: Any, shapes: Mapping[str, Shape | None]) -> int:
-    return sum(1 for node in graph.node for out in node.output if out and shapes.get(out) is None)
+    """Open tensors that matter: read by a node or a graph output (an unused Dropout mask does not)."""
+    used = {i for node in graph.node for i in node.input} | {o.name for o in graph.output}
+    return sum(1 for node in graph.node for out in node.output if out in used and shapes.get(out) is None)
 
 
-def infer_shapes(model: Any, path: Path, notes: list[str]) -> dict[str, Shape | None]:
+def infer_shapes(
+    model: Any, path: Path, notes: list[str], types: dict[str, int] | None = None, symbolic: bool = True
+) -> dict[str, Shape | None]:
     """Every tensor's shape: ONNX inference with data propagation; where it leaves shapes open, a sweep
     that folds shape computations (Shape -> Gather -> Concat -> Reshape ...) to values and infers node by
-    node with them; then onnxruntime's symbolic inference for whatever is still open."""
+    node with them; then onnxruntime's symbolic inference for whatever is still open. ``types``, when
+    given, receives every tensor's ONNX element type that inference found; ``symbolic=False`` leaves out
+    the (slow) symbolic pass."""
     import onnx
 
     try:
@@ -55,10 +61,12 @@ def infer_shapes(model: Any, path: Path, notes: list[str]) -> dict[str, Shape | 
         notes.append(f"onnx shape inference failed ({err}); inferring node by node")
         inferred = model
     shapes = _value_shapes(inferred.graph)
+    if types is not None:
+        types.update(element_types(inferred.graph))
     if _open_outputs(inferred.graph, shapes) == 0:
         return shapes
     _fold_and_infer(inferred, shapes, notes)
-    if _open_outputs(inferred.graph, shapes) == 0:
+    if not symbolic or _open_outputs(inferred.graph, shapes) == 0:
         return shapes
     symbolic = _symbolic_shapes(inferred, notes)
     for name, shape in symbolic.items():
@@ -67,7 +75,7 @@ def infer_shapes(model: Any, path: Path, notes: list[str]) -> dict[str, Shape | 
     return shapes
 
 
-def _elem_types(graph: Any) -> dict[str, int]:
+def element_types(graph: Any) -> dict[str, int]:
     types: dict[str, int] = {}
     for value in [*graph.input, *graph.value_info, *graph.output]:
         if value.type.HasField("tensor_type") and value.type.tensor_type.elem_type:
@@ -77,14 +85,14 @@ def _elem_types(graph: Any) -> dict[str, int]:
     return types
 
 
-def _constant_values(graph: Any) -> dict[str, Any]:
+def small_constant_values(graph: Any) -> dict[str, Any]:
     """Small constant tensors as numpy arrays: initializers and Constant outputs."""
     import numpy as np
     import onnx.numpy_helper
 
     values: dict[str, Any] = {}
     for tensor in graph.initializer:
-        if math.prod(tensor.dims) <= MAX_FOLDED_ELEMENTS:
+        if math.prod(tensor.dims) <= MAX_FOLDED_ELEMENTS and tensor.data_location != onnx.TensorProto.EXTERNAL:
             values[tensor.name] = onnx.numpy_helper.to_array(tensor)
     for node in graph.node:
         if node.op_type != "Constant" or not node.output:
@@ -156,8 +164,8 @@ def _fold_and_infer(model: Any, shapes: dict[str, Shape | None], notes: list[str
     graph = model.graph
     opsets = {imp.domain or "": int(imp.version) for imp in model.opset_import}
     opset = opsets.get("", opsets.get("ai.onnx", 0))
-    types = _elem_types(graph)
-    values = _constant_values(graph)
+    types = element_types(graph)
+    values = small_constant_values(graph)
     failures = 0
     for node in graph.node:
         ins = [i for i in node.input if i]
@@ -174,7 +182,8 @@ def _fold_and_infer(model: Any, shapes: dict[str, Shape | None], notes: list[str
             result = [np.array(math.prod(shapes[ins[0]]), dtype=np.int64)]
         elif node.op_type != "Constant" and ins and all(i in values for i in ins):
             try:
-                result = _evaluate_small(node, [values[i] for i in node.input if i], opset)
+                with np.errstate(all="ignore"):  # log(0) in a mask computation is -inf, as intended
+                    result = _evaluate_small(node, [values[i] for i in node.input if i], opset)
             except Exception:  # noqa: BLE001 - a node we cannot fold simply stays symbolic
                 result = None
         if result is not None:

@@ -236,6 +236,7 @@ def unfold_operations(operations: Sequence[Operation], table: UnfoldTable) -> Un
                     id=next_id,
                     op_type=rule.derived_op_type,
                     params=params,
+                    name=f"{op.name}:{rule.pass_name}" if op.name else "",  # the same layer, another pass
                     count=op.count,
                     nodes=op.nodes,
                     flops=flops,

@@ -1,28 +1,52 @@
-"""task=benchmark_model: extract an ONNX model (optionally unfolded for training), run every available
-registry benchmark of the chosen backend that serves its operators, once for all their operations, and
-log one run per benchmark under the extraction run."""
+"""task=benchmark_model: extract one or several ONNX models (optionally unfolded for training), run every
+available registry benchmark of the chosen backend that serves their operators, once for all their
+operations, and log one run per benchmark under each model's extraction run. An operation already measured
+on this system with the same implementation and settings (the reuse store) or earlier in the same command
+is reused, not measured again."""
 
 from __future__ import annotations
 
 import logging
+import sqlite3
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from dlbench import __version__
 from dlbench.analysis.report import log_sweep, print_summary
 from dlbench.analysis.results import summary_metrics, time_by_op_type
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.device import resolve_device
 from dlbench.core.errors import TaskFailed
+from dlbench.core.values import Measurement, Operation, SweepResult
 from dlbench.onnx.opdb import operations_frame
-from dlbench.onnx.report import extract, extraction_params, extraction_tags, log_extraction, print_extraction
+from dlbench.onnx.report import (
+    extract,
+    extraction_params,
+    extraction_tags,
+    log_extraction,
+    model_paths,
+    print_extraction,
+)
 from dlbench.onnx.unfold import Unfolding, load_table, unfold_operations
 from dlbench.operators.measure import measure_with_progress, raise_for_result, sweep_params
-from dlbench.operators.plan import coverage_frame, plan_benchmarks, print_coverage
-from dlbench.operators.registry import load_registry
+from dlbench.operators.plan import (
+    Coverage,
+    coverage_frame,
+    model_coverage,
+    plan_benchmarks,
+    print_coverage,
+    time_share_metrics,
+)
+from dlbench.operators.registry import OperatorBenchmark, load_registry
+from dlbench.operators.reuse import FILE_NAME, Reused, ReuseKey, ReuseStore, costs, operation_params
 from dlbench.operators.runner import run_settings
 from dlbench.tracking.runs import open_run
+from dlbench.tracking.store import resolve_tracking
 
 log = logging.getLogger(__name__)
 
@@ -39,14 +63,107 @@ def unfolding_table(cfg: DlbenchConfig) -> Any:
     return loaded if loaded.rules else None
 
 
+@dataclass
+class Reuse:
+    """Results this command can take instead of measuring: the store (unless ``reuse=false``) and what the
+    command itself measured so far (always: one command measures each distinct operation once)."""
+
+    store: ReuseStore | None
+    system_id: str
+    memo: dict[tuple, Reused] = field(default_factory=dict)
+    reused: int = 0
+    measured: int = 0
+    saved_s: float = 0.0
+
+    def key(self, cfg: DlbenchConfig, entry: OperatorBenchmark, device: str) -> ReuseKey:
+        settings = {k: v for k, v in asdict(cfg.measure).items() if k != "memory_fraction"}
+        command = " ".join([*entry.command, "|", *entry.param_descr])
+        return ReuseKey(self.system_id, entry.name, command, device, cfg.dtype, cfg.threads, settings, __version__)
+
+    def lookup(self, key: ReuseKey, operations: list[Operation]) -> dict[int, Reused]:
+        found = {op.id: self.memo[(key.values(), op.op_type, operation_params(op))] for op in operations
+                 if (key.values(), op.op_type, operation_params(op)) in self.memo}  # fmt: skip
+        rest = [op for op in operations if op.id not in found]
+        if self.store is not None and rest:
+            try:
+                found.update(self.store.lookup(key, rest))
+            except (sqlite3.Error, OSError) as err:
+                log.warning("reuse store %s not read (%s); measuring everything", self.store.path, err)
+        return found
+
+    def remember(self, key: ReuseKey, operations: list[Operation], result: SweepResult, warmup: int, run_id: str):
+        seconds = costs(operations, result, warmup)
+        for op in operations:
+            m = result.measurements.get(op.id)
+            if m is not None and m.ok and m.stats is not None:
+                memo_key = (key.values(), op.op_type, operation_params(op))
+                self.memo[memo_key] = Reused(m.stats, seconds.get(op.id, 0.0), run_id)
+        if self.store is not None:
+            try:
+                self.store.record(key, operations, result, seconds, run_id)
+            except (sqlite3.Error, OSError) as err:
+                log.warning("reuse store %s not written (%s); the results are in the MLflow run", self.store.path, err)
+
+
+def reuse_store_path(cfg: DlbenchConfig, ctx: AppContext) -> Path:
+    """``reuse_store``, else ``dlbench_reuse.db`` beside a SQLite MLflow store, else where dlbench started."""
+    if cfg.reuse_store:
+        path = Path(cfg.reuse_store).expanduser()
+        return path if path.is_absolute() else ctx.start_dir / path
+    uri = resolve_tracking(cfg.mlflow.tracking_uri, cfg.mlflow.experiment, ctx.start_dir).uri
+    if uri.startswith("sqlite:///"):
+        return Path(uri[len("sqlite:///") :]).parent / FILE_NAME
+    return ctx.start_dir / FILE_NAME
+
+
 def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
-    return benchmark_model(cfg, ctx, unfolding_table(cfg))
+    from dlbench.tracking.system import hardware_tags
+
+    paths = model_paths(cfg, ctx)
+    table = unfolding_table(cfg)
+    store = ReuseStore(reuse_store_path(cfg, ctx)) if cfg.reuse else None
+    reuse = Reuse(store, hardware_tags().get("system.id", ""))
+    failures, rows = [], []
+    for path in paths:
+        start = time.perf_counter()
+        try:
+            coverage = benchmark_model(cfg, ctx, table, path, reuse)
+        except TaskFailed as err:
+            if len(paths) == 1:
+                raise
+            failures.append(str(err))
+            log.error("%s", err)
+            continue
+        rows.append((coverage, time.perf_counter() - start))
+    if len(paths) > 1:
+        print_zoo(rows, reuse, cfg.backend)
+    if failures:
+        raise TaskFailed("\n".join(failures))
+    return 0
 
 
-def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> int:
-    """Extract, plan, and measure; ``table`` (an :class:`dlbench.onnx.unfold.UnfoldTable`) adds the backward
-    problems of training."""
-    extraction, forward = extract(cfg, ctx)
+def print_zoo(rows: list[tuple[Coverage, float]], reuse: Reuse, backend: str) -> None:
+    print(f"\n{'model':28s} {'nodes':>6s} {'const':>6s} {'layout':>6s} {'served':>6s} {'unserved':>8s} "
+          f"{'served%':>8s} {'wall_s':>7s}")  # fmt: skip
+    for c, seconds in rows:
+        print(f"{c.model[:28]:28s} {c.total:6d} {c.constant:6d} {c.layout:6d} {c.served:6d} "
+              f"{c.unserved + c.skipped:8d} {100 * c.served_fraction:7.1f}% {seconds:7.1f}")  # fmt: skip
+    print(
+        f"operations: {reuse.measured} measured, {reuse.reused} reused (saving about {reuse.saved_s:.1f} s of "
+        f"measuring); backend {backend!r}"
+    )
+    for warning in reuse.store.warnings if reuse.store else ():
+        print(f"warning: {warning}")
+
+
+def benchmark_model(
+    cfg: DlbenchConfig, ctx: AppContext, table: Any = None, path: Path | None = None, reuse: Reuse | None = None
+) -> Coverage:
+    """Extract, plan, and measure one model; ``table`` (an :class:`dlbench.onnx.unfold.UnfoldTable`) adds the
+    backward problems of training. Returns the model's coverage; raises :class:`TaskFailed` naming every
+    benchmark that failed (the others' results are logged)."""
+    reuse = reuse or Reuse(None, "")
+    extraction, forward = extract(cfg, ctx, path)
     unfolding = unfold_operations(forward, table) if table is not None else Unfolding(tuple(forward), {})
     operations = list(unfolding.operations)
     frame = operations_frame(operations, unfolding.sources)
@@ -55,13 +172,14 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
     device = resolve_device(cfg.device)
     registry = load_registry(ctx.config_dirs)
     plan = plan_benchmarks(registry, operations, cfg.backend, device)
-    coverage = coverage_frame(extraction, plan)
-    print_coverage(coverage, plan, cfg.backend, device)
+    summary = model_coverage(extraction, plan.served_types)
+    print_coverage(coverage_frame(extraction, plan), plan, cfg.backend, device, summary)
 
     settings = run_settings(cfg, device)
     failures: list[str] = []
     model_total_ms = 0.0
     measured: list[pd.DataFrame] = []
+    reused_before, measured_before, saved_before = reuse.reused, reuse.measured, reuse.saved_s
     params = {
         **extraction_params(extraction, forward),
         "backend": cfg.backend,
@@ -69,6 +187,7 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
         "unfold": table is not None,
         "operations_measured": len(operations),
         "benchmarks": ",".join(entry.name for entry, _ in plan.assignments),
+        "reuse": cfg.reuse,
     }
     model_tags = extraction_tags(extraction)
     name = f"{extraction.model_name}-{cfg.backend}-bs{cfg.batch_size}-{device}"
@@ -76,9 +195,7 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
         cfg, ctx, kind="model_benchmark", benchmark=extraction.model_name, name=name, params=params, tags=model_tags
     ) as parent:
         log_extraction(parent, ctx.output_dir, extraction, frame)
-        parent.log_table(coverage, "coverage.csv")
-        node_share = float(coverage.loc[coverage["status"] == "served", "nodes"].sum()) / (extraction.total_nodes or 1)
-        parent.log_metrics({"nodes_served_fraction": node_share})
+        parent.log_metrics(summary.metrics())
         for entry, ops in plan.assignments:
             run_name = f"{extraction.model_name}-{entry.name}-bs{cfg.batch_size}-{device}"
             child_params = {
@@ -92,33 +209,72 @@ def benchmark_model(cfg: DlbenchConfig, ctx: AppContext, table: Any = None) -> i
                     params=child_params, implementation=entry.name,
                     tags={**model_tags, EXTRACTION_RUN_TAG: parent.run_id}, parent_run_id=parent.run_id,
                 ) as child:  # fmt: skip
-                    result, files = measure_with_progress(
-                        entry,
-                        ops,
-                        settings,
-                        ctx.output_dir / "protocol",
-                        f"{entry.name}_{extraction.model_name}",
-                        cfg.quiet,
+                    key = reuse.key(cfg, entry, device)
+                    found = reuse.lookup(key, list(ops))
+                    to_measure = [op for op in ops if op.id not in found]
+                    result, files = SweepResult({}), None
+                    if to_measure:
+                        result, files = measure_with_progress(
+                            entry, to_measure, settings, ctx.output_dir / "protocol",
+                            f"{entry.name}_{extraction.model_name}", cfg.quiet,
+                        )  # fmt: skip
+                        reuse.remember(key, to_measure, result, settings.warmup, child.run_id)
+                    combined = SweepResult(
+                        {**result.measurements, **{i: Measurement(i, r.stats) for i, r in found.items()}},
+                        run_error=result.run_error,
+                        stderr=result.stderr,
+                        interrupted=result.interrupted,
+                        extra=result.extra,
                     )
-                    results = log_sweep(child, cfg, ops, result, files, run_name)
+                    results = log_sweep(child, cfg, ops, combined, files, run_name)
                     results.insert(4, "pass", [unfolding.pass_of(op.id) for op in ops])
+                    results["reused_from_run"] = [found[op.id].run_id if op.id in found else "" for op in ops]
                     child.log_table(results, "results.csv")
+                    child.log_metrics({"operations_reused": float(len(found)),
+                                       "operations_new": float(len(to_measure))})  # fmt: skip
                     print_summary(results, run_name, child.run_id)
                     model_total_ms += summary_metrics(results).get("network_total_ms", 0.0)
                     measured.append(results)
+                    reuse.reused += len(found)
+                    reuse.measured += len(to_measure)
+                    reuse.saved_s += sum(r.cost_s for r in found.values())
                     raise_for_result(entry.name, result)
             except TaskFailed as err:
                 failures.append(str(err))
                 log.error("%s", err)
-        parent.log_metrics({"model_total_ms": model_total_ms, **time_by_op_type(measured)})
+        coverage = coverage_frame(extraction, plan, measured)
+        parent.log_table(coverage, "coverage.csv")
+        parent.log_metrics({
+            "model_total_ms": model_total_ms, **time_by_op_type(measured), **time_share_metrics(coverage),
+            "operations_reused": float(reuse.reused - reused_before),
+            "operations_new": float(reuse.measured - measured_before),
+            "reuse_saved_s": reuse.saved_s - saved_before,
+        })  # fmt: skip
         if measured:
             parent.log_table(pd.concat(measured, ignore_index=True), "model_results.csv")
         print(
             f"\nMLflow run {parent.run_id} ({parent.target.uri}, experiment {parent.target.experiment}); "
-            f"sum over benchmarks of median x count: {model_total_ms:.4g} ms"
+            f"sum over benchmarks of median x count: {model_total_ms:.4g} ms; operations: "
+            f"{reuse.measured - measured_before} measured, {reuse.reused - reused_before} reused (about "
+            f"{reuse.saved_s - saved_before:.1f} s of measuring saved)"
         )
     if not plan.assignments:
-        failures.append(f"no available {cfg.backend!r} benchmark on {device} serves any operator of {extraction.path}")
+        failures.append(nothing_served(cfg.backend, device, extraction.path, coverage))
     if failures:
         raise TaskFailed("\n".join(failures))
-    return 0
+    return summary
+
+
+def nothing_served(backend: str, device: str, path: str, coverage: pd.DataFrame) -> str:
+    """Why nothing was measured, naming what the model needs."""
+    needed = coverage[(coverage["unserved"] > 0) | (coverage["skipped"] > 0)]
+    if needed.empty:
+        return f"{path}: nothing to measure: every node is a constant or layout-only"
+    wanted = ", ".join(f"{t} ({int(u) + int(s)})" for t, u, s in zip(
+        needed["op_type"], needed["unserved"], needed["skipped"], strict=True))  # fmt: skip
+    skipped = int(needed["skipped"].sum())
+    note = f"; {skipped} nodes were not extracted (see the notes above)" if skipped else ""
+    return (
+        f"no available {backend!r} benchmark on {device} serves any operator of {path}; it needs: {wanted}{note}. "
+        f"`python -m dlbench task=list` shows what is registered; try another backend=..."
+    )

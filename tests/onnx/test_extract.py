@@ -98,7 +98,7 @@ def test_resnet_pooling_normalisation_and_classifier_parameters(resnet):
 
 def test_identical_resnet_operations_are_merged_with_their_nodes(resnet):
     operations = deduplicate(resnet.operations())
-    assert sum(op.count for op in operations) == len(resnet.nodes)
+    assert sum(op.count for op in operations) == len(resnet.compute_nodes) == len(resnet.nodes) - 1  # Flatten
     conv16 = [op for op in operations if op.op_type == "Conv" and op.param_dict["C"] == 16 == op.param_dict["K"]]
     assert len(conv16) == 1 and conv16[0].count == 4  # both convs of both 16-channel blocks
     assert len(set(conv16[0].nodes)) == 4
@@ -222,11 +222,12 @@ def test_a_missing_file_is_named(tmp_path: Path):
         extract_operations(tmp_path / "absent.onnx", BATCH)
 
 
-def test_a_batch_size_that_does_not_fit_a_fixed_batch_is_an_error():
+def test_a_fixed_batch_is_changed_when_every_node_follows_it():
     fixed = exported("mlp", dynamic_batch=False)
-    with pytest.raises(ExtractionError, match=r"mlp_fixed\.onnx.*'x'.*fixed batch dimension of 2.*batch_size=8"):
-        extract_operations(fixed, 8)
     assert dict(by_type(extract_operations(fixed, 2), "Gemm")[0].params)["M"] == 2
+    rebatched = extract_operations(fixed, 8)
+    assert rebatched.rebatched_from == 2
+    assert [dict(n.params)["M"] for n in by_type(rebatched, "Gemm")] == [8, 8, 8]
 
 
 def _with_custom_node(source: Path, target: Path, replace: str | None, attributes=()) -> Path:
@@ -414,7 +415,7 @@ def test_symbolic_inference_of_onnxruntime_resolves_what_onnx_leaves_open():
 
     model, _ = load.load_model(exported("encoder"))
     light, weights = load.light_model(model)
-    dims.set_batch(light, BATCH, exported("encoder"), weights)
+    dims.set_dimensions(light, BATCH, {}, exported("encoder"), weights)
     inferred = onnx.shape_inference.infer_shapes(light, data_prop=True)
     assert infer._value_shapes(inferred.graph)["/Reshape_output_0"] is None
     notes: list[str] = []
@@ -439,22 +440,3 @@ def test_weights_beside_the_model_are_not_needed_for_shapes_but_must_exist(tmp_p
     (tmp_path / "ext.data").unlink()
     with pytest.raises(ExtractionError, match=r"ext\.onnx: weight .* is stored in 'ext\.data' .* missing"):
         extract_operations(tmp_path / "ext.onnx", BATCH)
-
-
-def test_open_dimensions_other_than_the_batch_are_reported_and_their_nodes_skipped(tmp_path: Path):
-    from onnx_models import EncoderLayer
-
-    path = tmp_path / "seq.onnx"
-    with torch.no_grad():
-        torch.onnx.export(
-            EncoderLayer().eval(),
-            (torch.randn(2, 16, 64),),
-            str(path),
-            input_names=["x"],
-            dynamic_axes={"x": {0: "batch", 1: "seq"}},
-            dynamo=False,
-        )
-    extraction = extract_operations(path, BATCH)
-    assert any("input 'x': dimension 1 is open ('seq')" in note for note in extraction.notes)
-    assert "MatMul" in {s.op_type for s in extraction.skipped}
-    assert all("unknown" in s.reason and f"node '{s.name}'" in s.reason for s in extraction.skipped)

@@ -9,6 +9,7 @@ import json
 import tempfile
 from pathlib import Path
 
+import onnx
 import pytest
 from helpers import FAST, Store, artifact_text, mlflow_runs, run_dlbench, write_fake_benchmark
 from mlflow.tracking import MlflowClient
@@ -94,7 +95,10 @@ def test_benchmark_model_runs_each_serving_benchmark_once_under_the_extraction_r
     coverage = list(csv.DictReader(io.StringIO(artifact_text(store, parent.info.run_id, "coverage.csv"))))
     status = {r["op_type"]: (r["status"], int(r["nodes"])) for r in coverage}
     assert status["Conv"] == ("no benchmark", 15) and status["Relu"] == ("served", 13)
-    assert parent.data.metrics["nodes_served_fraction"] == pytest.approx((13 + 1) / 53)
+    assert status["Flatten"] == ("layout-only", 1)  # a view: neither served nor unserved
+    # 53 nodes, one of them layout-only: 13 ReLU + 1 Gemm of the 52 operators are served
+    assert parent.data.metrics["nodes_served_fraction"] == pytest.approx((13 + 1) / 52)
+    assert parent.data.metrics["nodes_layout"] == 1 and parent.data.metrics["nodes_unserved"] == 52 - 14
     relu_total = sum(float(r["median_ms"]) * int(r["count"]) for r in relu_rows)
     assert parent.data.metrics["time_ms.Relu.forward"] == pytest.approx(relu_total)
     combined = list(csv.DictReader(io.StringIO(artifact_text(store, parent.info.run_id, "model_results.csv"))))
@@ -102,7 +106,7 @@ def test_benchmark_model_runs_each_serving_benchmark_once_under_the_extraction_r
         children["fake_relu"].data.tags["mlflow.runName"],
         children["fake_gemm"].data.tags["mlflow.runName"],
     }
-    assert "Conv" in result.stdout and "28.3%" in result.stdout  # 15 of 53 nodes
+    assert "Conv" in result.stdout and "28.8%" in result.stdout  # 15 of 52 operator nodes
 
 
 def context(tmp_path: Path, conf: Path) -> AppContext:
@@ -119,7 +123,7 @@ def test_unfolded_model_measures_backward_problems_naming_their_forward_nodes(tm
         quiet=True,
         mlflow=MlflowConfig(tracking_uri=store.uri, experiment=store.experiment),
     )
-    assert benchmark_model(cfg, context(tmp_path, conf), load_table()) == 0
+    benchmark_model(cfg, context(tmp_path, conf), load_table())
     runs = {r.data.params.get("implementation", "parent"): r for r in mlflow_runs(store)}
     rows = results(store, runs["fake_gemm"].info.run_id)
     passes = [(r["pass"], r["p.M"], r["p.K"], r["p.N"], r["nodes"]) for r in rows]
@@ -159,7 +163,10 @@ def test_a_backend_that_serves_nothing_is_an_error_listing_the_operators(tmp_pat
         quiet=True,
         mlflow=MlflowConfig(tracking_uri=store.uri, experiment=store.experiment),
     )
-    with pytest.raises(TaskFailed, match=r"no available 'nobody' benchmark on cpu serves any operator of .*mlp\.onnx"):
+    expected = (
+        r"no available 'nobody' benchmark on cpu serves any operator of .*mlp\.onnx; it needs: Gemm \(3\), Relu \(2\)"
+    )
+    with pytest.raises(TaskFailed, match=expected):
         benchmark_model(cfg, context(tmp_path, tmp_path))
 
 
@@ -190,3 +197,121 @@ def test_unfold_is_chosen_on_the_command_line(tmp_path: Path, store: Store) -> N
     runs = {r.data.params.get("implementation", "parent"): r for r in mlflow_runs(store)}
     assert len(results(store, runs["fake_gemm"].info.run_id)) == 9  # 3 forward GEMMs, 2 backward each
     assert runs["parent"].data.params["unfold"] == "True"
+
+
+# ------------------------------------------------------------------------------ several models and reuse
+
+
+def _mlp_variant(path: Path) -> Path:
+    """An MLP sharing its first layer and ReLU with tests.onnx_models.MLP (784 -> 256), then 256 -> 64."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(1)
+    module = nn.Sequential(nn.Linear(784, 256), nn.ReLU(), nn.Linear(256, 64)).eval()
+    torch.onnx.export(module, (torch.randn(2, 784),), str(path), input_names=["x"], output_names=["y"],
+                      dynamic_axes={"x": {0: "batch"}, "y": {0: "batch"}}, dynamo=False)  # fmt: skip
+    return path
+
+
+def _parents(store: Store) -> dict[str, object]:
+    return {r.data.params["model"]: r for r in mlflow_runs(store) if "mlflow.parentRunId" not in r.data.tags}
+
+
+def _protocol_rows(tmp_path: Path, name: str) -> int:
+    [found] = list(tmp_path.glob(f".dlbench/**/protocol/{name}.csv"))
+    return len(found.read_text().splitlines())
+
+
+def test_two_models_sharing_layers_measure_the_shared_operations_once(tmp_path: Path, store: Store) -> None:
+    conf = fake_backend(tmp_path / "conf")
+    variant = _mlp_variant(tmp_path / "variant.onnx")
+    common = ("task=benchmark_model", "batch_size=8", "backend=custom", *FAST, f"reuse_store={tmp_path / 'r.db'}",
+              "--config-dir", str(conf))  # fmt: skip
+    first = run_dlbench(f"model=[{exported('mlp')},{variant}]", *common, cwd=tmp_path, store=store)
+    assert first.returncode == 0, first.stderr
+    parents = _parents(store)
+    assert set(parents) == {"mlp", "variant"}
+    # mlp: 3 GEMMs + 2 ReLU problems; the variant shares its 784->256 GEMM and the 256-wide ReLU
+    assert parents["mlp"].data.metrics["operations_new"] == 5 and parents["mlp"].data.metrics["operations_reused"] == 0
+    assert parents["variant"].data.metrics["operations_new"] == 1
+    assert parents["variant"].data.metrics["operations_reused"] == 2
+    assert _protocol_rows(tmp_path, "fake_gemm_variant") == 1  # only 256 -> 64 went to the benchmark
+    assert "operations: 6 measured, 2 reused" in first.stdout
+    [child] = [r for r in mlflow_runs(store) if r.data.params.get("benchmark") == "variant"
+               and r.data.params.get("implementation") == "fake_gemm"]  # fmt: skip
+    rows = {r["p.N"]: r for r in results(store, child.info.run_id)}
+    assert rows["256"]["reused_from_run"] != "" and rows["64"]["reused_from_run"] == ""
+    assert rows["256"]["status"] == "ok" and float(rows["256"]["median_ms"]) > 0
+
+    again = run_dlbench(f"model=[{exported('mlp')},{variant}]", *common, cwd=tmp_path, store=store)
+    assert again.returncode == 0, again.stderr
+    assert "operations: 0 measured, 8 reused" in again.stdout
+
+    fresh = run_dlbench("reuse=false", f"model=[{exported('mlp')},{variant}]", *common, cwd=tmp_path, store=store)
+    assert fresh.returncode == 0, fresh.stderr
+    assert "operations: 6 measured, 2 reused" in fresh.stdout  # within one command, still once each
+
+
+def test_a_corrupt_reuse_store_is_named_ignored_and_rebuilt(tmp_path: Path, store: Store) -> None:
+    conf = fake_backend(tmp_path / "conf")
+    reuse = tmp_path / "r.db"
+    reuse.write_text("this is not SQLite\n" * 100)
+    result = run_dlbench(
+        "task=benchmark_model", f"model={exported('mlp')}", "backend=custom", *FAST, f"reuse_store={reuse}",
+        "--config-dir", str(conf), cwd=tmp_path, store=store,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert f"reuse store {reuse} cannot be read" in result.stderr + result.stdout
+    assert list(tmp_path.glob("r.db.corrupt-*")) and reuse.stat().st_size > 0
+
+
+def test_zoo_models_in_one_command_measure_each_distinct_operation_once(tmp_path: Path, store: Store) -> None:
+    from dlbench.core.descriptors import CONV, POOL
+
+    conf = fake_backend(tmp_path / "conf")
+    write_fake_benchmark(conf, name="fake_conv", synonyms=("Conv",), param_descr=CONV)
+    write_fake_benchmark(conf, name="fake_pool", synonyms=("MaxPool",), param_descr=POOL)
+    names = ("bvlc_alexnet", "zfnet512", "squeezenet")
+    paths = [Path(onnx.__file__).parent / "backend/test/data/light" / f"light_{n}.onnx" for n in names]
+    result = run_dlbench(
+        "task=benchmark_model", f"model=[{','.join(map(str, paths))}]", "batch_size=2", "backend=custom", *FAST,
+        f"reuse_store={tmp_path / 'r.db'}", "--config-dir", str(conf), cwd=tmp_path, store=store,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    served = ("Conv", "Relu", "Gemm", "MaxPool")
+    distinct = {
+        (op.op_type, op.params) for path in paths for op in extract_operations(path, 2).operations()
+        if op.op_type in served
+    }  # fmt: skip
+    parents = _parents(store)
+    assert sum(r.data.metrics["operations_new"] for r in parents.values()) == len(distinct)
+    for name in ("light_bvlc_alexnet", "light_zfnet512", "light_squeezenet"):
+        metrics = parents[name].data.metrics
+        assert metrics["nodes_constant"] > 0 and metrics["nodes_served"] > 0
+        assert metrics["nodes_served"] + metrics["nodes_unserved"] + metrics["nodes_skipped"] + metrics[
+            "nodes_constant"] + metrics["nodes_layout"] == metrics["nodes_total"]  # fmt: skip
+        assert metrics["time_share.Conv"] > 0
+    assert "light_squeezenet" in result.stdout and "served%" in result.stdout
+
+
+def test_models_joined_by_a_comma_without_brackets_say_what_to_write(tmp_path: Path, store: Store) -> None:
+    result = run_dlbench("task=benchmark_model", "model=a.onnx,b.onnx", cwd=tmp_path, store=store)
+    assert result.returncode != 0 and "key=[value1,value2]" in result.stderr + result.stdout
+
+
+def test_an_open_sequence_stops_before_anything_is_measured(tmp_path: Path, store: Store) -> None:
+    import torch
+    from onnx_models import EncoderLayer
+
+    path = tmp_path / "seq.onnx"
+    torch.onnx.export(EncoderLayer().eval(), (torch.randn(2, 16, 64),), str(path), input_names=["x"],
+                      dynamic_axes={"x": {0: "batch", 1: "seq"}}, dynamo=False)  # fmt: skip
+    conf = fake_backend(tmp_path / "conf")
+    common = ("task=benchmark_model", f"model={path}", "backend=custom", *FAST, "--config-dir", str(conf))
+    result = run_dlbench(*common, cwd=tmp_path, store=store)
+    assert result.returncode != 0 and "set dims.seq=N" in result.stderr + result.stdout
+    with_seq = run_dlbench("dims.seq=24", f"reuse_store={tmp_path / 'r.db'}", *common, cwd=tmp_path, store=store)
+    assert with_seq.returncode == 0, with_seq.stderr
+    parent = _parents(store)["seq"]
+    assert parent.data.params["dims.seq"] == "24" and parent.data.params["dims.batch"] == "8"
