@@ -113,15 +113,27 @@ FRAMEWORK_OPS = 64
 FRAMEWORK_MODES = {"dispatch": 0, "recording": 1, "engine": 2}
 
 
-def framework_terms(autograd_nodes: int, per_op_ms: Mapping[str, float]) -> list[ExtraTerm]:
+def framework_terms(autograd_nodes: int, layout_nodes: int, per_op_ms: Mapping[str, float]) -> list[ExtraTerm]:
     """The framework's cost beyond the operator benchmarks, from its microbenchmark (``per_op_ms`` by mode, ms
-    per one-element operator) and the graph's count of autograd-recorded nodes: each records a graph node in the
-    forward pass and runs through the autograd engine in the backward pass. The operator benchmarks already
-    hold each operator's plain dispatch, so only what autograd adds to it counts here."""
+    per one-element operator) and the graph's counts: each autograd-recorded node records a graph node in the
+    forward pass and runs through the autograd engine in the backward pass; each layout-only node (a view,
+    no elements moved, so no operator benchmark) still costs one dispatch. The operator benchmarks already
+    hold each operator's plain dispatch, so for them only what autograd adds counts here."""
     base = per_op_ms.get("dispatch")
-    if base is None or not autograd_nodes:
+    if base is None:
         return []
     terms = []
+    if layout_nodes:
+        terms.append(
+            ExtraTerm(
+                "framework: layout-only operators",
+                layout_nodes * base,
+                f"dispatch of views and reshapes: {layout_nodes} nodes x {1e3 * base:.3g} us (FrameworkOverhead "
+                "mode 0, one-element operators)",
+            )
+        )
+    if not autograd_nodes:
+        return terms
     for mode, what in (("recording", "autograd recording in the forward pass"),
                        ("engine", "autograd engine in the backward pass")):  # fmt: skip
         if mode in per_op_ms:
@@ -155,13 +167,7 @@ def prediction_terms(frame: pd.DataFrame, extra: Sequence[ExtraTerm] = ()) -> pd
 
 
 def prediction_metrics(
-    frame: pd.DataFrame,
-    match: Any,
-    measured_ms: float,
-    profiled_ms: float,
-    nodes_total: int,
-    nodes_served: int,
-    terms: pd.DataFrame | None = None,
+    frame: pd.DataFrame, match: Any, measured_ms: float, profiled_ms: float, terms: pd.DataFrame | None = None
 ) -> dict[str, float]:
     """Run-level figures. Shares are of the profiled step's wall time (``profiled_ms``):
 
@@ -192,7 +198,6 @@ def prediction_metrics(
         "operations_unmeasured": float((frame["status"] != "ok").sum()),
         "unmeasured_in_training_ms": float(frame.loc[frame["status"] != "ok", "in_training_ms"].sum()),
         **{f"predicted_ms.{_metric_key(r.term)}": float(r.ms) for r in terms.itertuples() if r.ms},
-        "nodes_served_pct": 100.0 * nodes_served / nodes_total if nodes_total else math.nan,
     }
     covered_predicted = float(frame.loc[frame["status"] == "ok", "predicted_ms"].sum())
     if covered_predicted > 0:

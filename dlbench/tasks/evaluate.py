@@ -40,7 +40,7 @@ from dlbench.onnx.extract import extract_operations
 from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.step import graph_facts, training_step
 from dlbench.operators.measure import measure_with_progress
-from dlbench.operators.plan import plan_benchmarks
+from dlbench.operators.plan import model_coverage, plan_benchmarks
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
 from dlbench.tracking.runs import open_run
@@ -219,13 +219,11 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         matched = match_profile(profile, step.operations, step.passes, table, weights)
         frame = prediction_frame(step, measurements, implementations, matched.assigned_us)
         framework_ms = measure_framework(cfg, ctx, registry, device, run)
-        terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, framework_ms))
-        served_nodes = sum(
-            count for op_type, count in extraction.node_counts.items() if registry.serving(op_type, cfg.backend, device)
-        )
-        metrics = prediction_metrics(
-            frame, matched, measured_ms, profiled_ms, extraction.total_nodes, served_nodes, terms
-        )
+        layout = len(extraction.layout_nodes)
+        terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, layout, framework_ms))
+        coverage = model_coverage(extraction, plan.served_types)
+        metrics = prediction_metrics(frame, matched, measured_ms, profiled_ms, terms)
+        metrics.update(coverage.metrics())
         metrics.update({"load_average_start": load_start, "load_average_end": os.getloadavg()[0]})
         notes = list(step.notes) + [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
         evaluation = Evaluation(frame, terms, matched, metrics, profiled_ms, tuple(notes))

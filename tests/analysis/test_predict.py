@@ -138,13 +138,12 @@ def test_prediction_sums_benchmark_time_times_occurrences_and_reports_shares(tmp
     )  # fmt: skip
     match = match_profile(profile, step.operations, step.passes, load_table())
     profiled_ms = frame["in_training_ms"].sum() + 1.0
-    metrics = prediction_metrics(frame, match, measured_ms=10.0, profiled_ms=profiled_ms, nodes_total=4, nodes_served=3)
+    metrics = prediction_metrics(frame, match, measured_ms=10.0, profiled_ms=profiled_ms)
     assert metrics["step_time_predicted_ms"] == pytest.approx(2.0 * gemm_occurrences)
     assert metrics["prediction_error_pct"] == pytest.approx(100 * (2.0 * gemm_occurrences - 10.0) / 10.0)
     assert metrics["unexplained_time_pct"] == pytest.approx(100 * 1.0 / profiled_ms)
     relu_ms = frame.loc[frame["op_type"] == "Relu", "in_training_ms"].sum()
     assert metrics["uncovered_time_pct"] == pytest.approx(100 * relu_ms / profiled_ms)
-    assert metrics["nodes_served_pct"] == 75.0
     per_type = op_type_frame(frame).set_index("op_type")
     assert bool(per_type.loc["Gemm", "covered"]) and not bool(per_type.loc["Relu", "covered"])
     breakdown = time_breakdown(frame, match, profiled_ms).set_index("part")

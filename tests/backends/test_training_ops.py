@@ -48,7 +48,12 @@ def test_an_unknown_mode_is_refused_for_the_row() -> None:
 
 
 def test_framework_terms_count_only_what_autograd_adds_to_a_dispatch() -> None:
-    terms = framework_terms(10, {"dispatch": 0.002, "recording": 0.003, "engine": 0.0055})
-    assert [(t.name, round(t.ms, 9)) for t in terms] == [("framework: recording", 0.01), ("framework: engine", 0.035)]
-    assert all(isinstance(t, ExtraTerm) and "10 nodes" in t.source for t in terms)
-    assert framework_terms(10, {}) == [] and framework_terms(0, {"dispatch": 1.0, "recording": 2.0}) == []
+    terms = framework_terms(10, 4, {"dispatch": 0.002, "recording": 0.003, "engine": 0.0055})
+    assert [(t.name, round(t.ms, 9)) for t in terms] == [
+        ("framework: layout-only operators", 0.008),
+        ("framework: recording", 0.01),
+        ("framework: engine", 0.035),
+    ]
+    assert all(isinstance(t, ExtraTerm) for t in terms) and "4 nodes" in terms[0].source
+    assert framework_terms(10, 4, {}) == []
+    assert framework_terms(0, 0, {"dispatch": 1.0, "recording": 2.0}) == []
