@@ -28,6 +28,8 @@ class MeasureConfig:
     min_reps: int = int(default("min_reps"))
     max_reps: int = int(default("max_reps"))
     min_time_s: float = float(default("min_time_s"))
+    target_rel_ci: float = float(default("target_rel_ci"))
+    max_time_s: float = float(default("max_time_s"))
     op_budget_s: float = float(default("op_budget_s"))
     memory_fraction: float = float(default("memory_fraction"))
 
@@ -40,6 +42,12 @@ class MeasureConfig:
             raise ValueError(f"measure.max_reps ({self.max_reps}) is below measure.min_reps ({self.min_reps})")
         if self.min_time_s < 0:
             raise ValueError(f"measure.min_time_s must be >= 0, got {self.min_time_s}")
+        if not 0 < self.target_rel_ci <= 1:
+            raise ValueError(
+                f"measure.target_rel_ci must be in (0, 1] (0.02: the median known to +-2%), got {self.target_rel_ci}"
+            )
+        if self.max_time_s < 0:
+            raise ValueError(f"measure.max_time_s must be >= 0 seconds, got {self.max_time_s}")
         if self.op_budget_s < 0:
             raise ValueError(f"measure.op_budget_s must be >= 0 (0: no limit), got {self.op_budget_s}")
         if not 0 < self.memory_fraction <= 1:
@@ -55,6 +63,19 @@ class MlflowConfig:
     experiment: str = ""
     run_name: str = ""
     connect_timeout_s: float = 10.0
+    #: per-operation metrics (op/<name>/...) for at most this many operations, the costliest; all are in
+    #: results.csv
+    max_operation_metrics: int = 200
+    #: seconds between MLflow system-metrics samples (CPU, memory, GPU) while a run measures; 0: off
+    system_metrics_interval_s: float = 2.0
+
+    def __post_init__(self) -> None:
+        if self.max_operation_metrics < 0:
+            raise ValueError(f"mlflow.max_operation_metrics must be >= 0 (0: none), got {self.max_operation_metrics}")
+        if self.system_metrics_interval_s < 0:
+            raise ValueError(
+                f"mlflow.system_metrics_interval_s must be >= 0 (0: off), got {self.system_metrics_interval_s}"
+            )
 
 
 @dataclass
@@ -116,6 +137,11 @@ class RegistryEntry:
     backend: str = "custom"
     device: Any = "cpu"
     description: str = ""
+    #: the passes one reported time covers, e.g. [forward, backward_data, backward_weights] for a program
+    #: that times a whole training step of a layer; empty: the operation's own pass. FLOPs follow.
+    passes: list[str] = field(default_factory=list)
+    #: the executable also reads ``<input stem>_nodes.json``: each operation's ONNX node (operators.protocol)
+    node_file: bool = False
 
 
 @dataclass
@@ -240,7 +266,7 @@ class DlbenchConfig:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.threads < 0:
-            raise ValueError(f"threads must be >= 0 (0: all cores), got {self.threads}")
+            raise ValueError(f"threads must be >= 0 (0: all physical cores), got {self.threads}")
         if self.timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {self.timeout}")
         models = self.model if isinstance(self.model, list | tuple) else [self.model]

@@ -11,8 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
-#: Settings that keep measured sweeps short in tests (the numbers are still real measurements).
-FAST = ("measure.warmup=1", "measure.min_reps=2", "measure.min_time_s=0", "quiet=true")
+#: Settings that keep measured sweeps short in tests (the numbers are still real measurements). A loose
+#: convergence target: these tests check what is run and logged, on a shared machine; convergence itself is
+#: tested in tests/backends/test_timing.py and tests/tasks/test_honest_numbers.py.
+FAST = ("measure.warmup=1", "measure.min_reps=2", "measure.min_time_s=0", "measure.target_rel_ci=0.5", "quiet=true")
 
 
 @dataclass(frozen=True)

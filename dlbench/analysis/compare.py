@@ -1,5 +1,7 @@
-"""Runs side by side: operator sweeps, evaluations and rooflines found through MLflow's search API, as
-pandas tables across systems, implementations and batch sizes, with a list of what could not be compared."""
+"""Runs side by side: operator sweeps, training runs, evaluations and rooflines found through MLflow's search
+API, as sorted pandas tables across systems, implementations and batch sizes, with a list of what could not
+be compared. Where one configuration was run more than once, the newest finished run stands for it (the
+others stay in the runs table, marked ``superseded_by``)."""
 
 from __future__ import annotations
 
@@ -15,15 +17,21 @@ import pandas as pd
 
 from dlbench.core.values import TIME_UNITS_TO_MS
 
-DEFAULT_KINDS = ("operator_sweep", "evaluation", "roofline")
+DEFAULT_KINDS = ("operator_sweep", "training", "evaluation", "roofline")
 RUN_COLUMNS = ("run_id", "run_name", "status", "kind", "benchmark", "implementation", "backend", "system",
                "batch_size", "dtype", "device", "threads", "start_time")  # fmt: skip
 #: Per-kind metrics a comparable run must have; a run without one is listed as a problem.
 REQUIRED_METRICS = {
-    "operator_sweep": ("total_ms",),
+    "operator_sweep": ("total_time_ms",),
+    "training": ("step_time_s_median", "samples_per_s_median"),
     "evaluation": ("step_time_predicted_ms", "step_time_measured_ms"),
     "roofline": ("bandwidth_gbs",),
 }
+#: Metrics of runs made before they were renamed: old name -> name now
+RENAMED_METRICS = {"network_total_ms": "total_time_ms", "total_ms": "distinct_operations_time_ms",
+                   "mean_gflops_per_s": "gflops_per_s_mean", "max_gflops_per_s": "gflops_per_s_max"}  # fmt: skip
+#: What makes two runs repeats of one configuration
+CONFIGURATION = ("kind", "benchmark", "implementation", "system", "batch_size", "dtype", "device", "threads")
 
 
 @dataclass
@@ -65,12 +73,42 @@ def run_table(found: pd.DataFrame, kinds: Sequence[str] = (), benchmarks: Sequen
     )
     metrics = found[[c for c in found.columns if c.startswith("metrics.")]]
     metrics = metrics.rename(columns=lambda c: c[len("metrics.") :])
+    for old, new in RENAMED_METRICS.items():
+        if old in metrics.columns:
+            metrics[new] = metrics[new].fillna(metrics[old]) if new in metrics.columns else metrics[old]
+            metrics = metrics.drop(columns=old)
     runs = pd.concat([runs.reset_index(drop=True), metrics.reset_index(drop=True)], axis=1)
     wanted = set(kinds or DEFAULT_KINDS)
     runs = runs[runs["kind"].isin(wanted)]
     if benchmarks:
         runs = runs[runs["benchmark"].isin(set(benchmarks))]
     return runs.reset_index(drop=True)
+
+
+def mark_repeats(runs: pd.DataFrame) -> pd.DataFrame:
+    """``repeats`` (runs of the same configuration) and ``superseded_by``: empty for the run that stands for
+    its configuration (the newest finished one, else the newest), else that run's id. Sorted by kind,
+    benchmark, series and batch size."""
+    if runs.empty:
+        return runs.assign(repeats=pd.Series(dtype=int), superseded_by=pd.Series(dtype=object))
+    out = runs.copy()
+    columns = out[[c for c in CONFIGURATION if c in out.columns]]
+    key = pd.Series(["|".join(map(str, row)) for row in columns.itertuples(index=False)], index=out.index)
+    rank = out.assign(_key=key, _finished=out["status"] == "FINISHED").sort_values(
+        ["_key", "_finished", "start_time"], ascending=[True, False, False], kind="stable"
+    )
+    first = rank.groupby("_key")["run_id"].transform("first")
+    out["repeats"] = key.map(key.value_counts()).astype(int)
+    out["superseded_by"] = first.where(first != rank["run_id"], "").reindex(out.index)
+    out["series"] = _series(out)
+    return out.sort_values(
+        ["kind", "benchmark", "series", "batch_size", "start_time"], kind="stable", ignore_index=True
+    )
+
+
+def current(runs: pd.DataFrame) -> pd.DataFrame:
+    """The runs that stand for their configuration (see :func:`mark_repeats`)."""
+    return runs[runs["superseded_by"] == ""] if "superseded_by" in runs.columns else runs
 
 
 def check_metrics(runs: pd.DataFrame) -> list[dict[str, str]]:
@@ -130,16 +168,16 @@ def operation_table(runs: pd.DataFrame, read_results) -> tuple[pd.DataFrame, lis
         if results.empty:
             continue
         if "status" in results.columns:
-            failed = results[results["status"] != "ok"]
+            failed = results[~results["status"].isin(("ok", "unstable"))]
             for op in failed.itertuples(index=False):
                 problems.append(
                     {"run_id": row.run_id, "run_name": row.run_name, "problem": f"operation {op.id} failed: {op.error}"}
                 )
-            results = results[results["status"] == "ok"]
-        keep = [
-            c for c in ("id", "name", "op_type", "count", "flops", "bytes", "median_ms", "gflops_per_s") if c in results
-        ]
-        part = results[keep].copy()
+            results = results[results["status"].isin(("ok", "unstable"))]
+        keep = ("id", "key", "name", "op_type", "count", "flops", "bytes", "median_ms", "gflops_per_s")
+        part = results[[c for c in keep if c in results]].copy()
+        if "key" not in part:  # a table written before operations had keys
+            part.insert(1, "key", part["name"] if "name" in part else part["id"].astype(str))
         for column in identity:
             part[column] = getattr(row, column)
         frames.append(part)
@@ -149,27 +187,56 @@ def operation_table(runs: pd.DataFrame, read_results) -> tuple[pd.DataFrame, lis
 
 
 def by_batch_size(operations: pd.DataFrame) -> pd.DataFrame:
-    """Median time per operation (benchmark, operation id) and series (system | implementation | dtype),
-    one column per batch size."""
+    """Median ms per operation (benchmark, id and name) and series (system | implementation | dtype), one
+    column per batch size; sorted by benchmark, series and operation."""
     if operations.empty:
         return pd.DataFrame()
     frame = operations.assign(series=_series(operations))
     table = frame.pivot_table(
-        index=["benchmark", "id", "series"], columns="batch_size", values="median_ms", aggfunc="median"
+        index=["benchmark", "series", "id", "key"], columns="batch_size", values="median_ms", aggfunc="first"
     )
     table.columns = [f"bs{int(c)}" for c in table.columns]
-    return table.reset_index()
+    return table.reset_index().sort_values(["benchmark", "series", "id"], kind="stable", ignore_index=True)
 
 
 def run_totals(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per operator sweep: benchmark, series, batch size and the network total (median x count)."""
+    """Per operator sweep: benchmark, series, batch size, ``total_time_ms`` (sum of median x occurrences)
+    and ``time_per_sample_ms``."""
+    columns = ["benchmark", "series", "batch_size", "total_time_ms", "time_per_sample_ms"]
     sweeps = runs[runs["kind"] == "operator_sweep"].copy()
-    if sweeps.empty:
-        return pd.DataFrame(columns=["benchmark", "series", "batch_size", "total_ms"])
-    value = "network_total_ms" if "network_total_ms" in sweeps.columns else "total_ms"
+    if sweeps.empty or "total_time_ms" not in sweeps.columns:
+        return pd.DataFrame(columns=columns)
     sweeps["series"] = _series(sweeps)
-    sweeps["total_ms"] = pd.to_numeric(sweeps.get(value), errors="coerce")
-    return sweeps[["benchmark", "series", "batch_size", "total_ms"]].dropna()
+    sweeps["total_time_ms"] = pd.to_numeric(sweeps["total_time_ms"], errors="coerce")
+    sweeps["time_per_sample_ms"] = sweeps["total_time_ms"] / sweeps["batch_size"]
+    return sweeps[columns].dropna(subset=["total_time_ms"]).sort_values(["benchmark", "series", "batch_size"])
+
+
+def training_totals(runs: pd.DataFrame) -> pd.DataFrame:
+    """Per training run and evaluation (its measured, unprofiled step): benchmark, series (system |
+    kind), batch size, ``step_time_ms`` (median) and ``samples_per_s``."""
+    parts = []
+    training = runs[runs["kind"] == "training"]
+    if len(training) and "step_time_s_median" in training.columns:
+        step_ms = pd.to_numeric(training["step_time_s_median"], errors="coerce") * 1e3
+        samples = pd.to_numeric(training.get("samples_per_s_median"), errors="coerce")
+        parts.append(
+            training.assign(
+                step_time_ms=step_ms, samples_per_s=samples.fillna(training["batch_size"] / (step_ms / 1e3))
+            )
+        )
+    evaluations = runs[runs["kind"] == "evaluation"]
+    if len(evaluations) and "step_time_measured_ms" in evaluations.columns:
+        step_ms = pd.to_numeric(evaluations["step_time_measured_ms"], errors="coerce")
+        parts.append(
+            evaluations.assign(step_time_ms=step_ms, samples_per_s=evaluations["batch_size"] / (step_ms / 1e3))
+        )
+    columns = ["benchmark", "series", "batch_size", "step_time_ms", "samples_per_s", "run_id"]
+    if not parts:
+        return pd.DataFrame(columns=columns)
+    frame = pd.concat(parts, ignore_index=True)
+    frame["series"] = frame["system"].fillna("").astype(str) + " | " + frame["kind"]
+    return frame[columns].dropna(subset=["step_time_ms"]).sort_values(["benchmark", "series", "batch_size"])
 
 
 def evaluation_totals(runs: pd.DataFrame) -> pd.DataFrame:
@@ -192,8 +259,8 @@ def implementations_side_by_side(operations: pd.DataFrame) -> pd.DataFrame:
     and ``<impl>_over_<first>`` ratios when several implementations measured the same operation."""
     if operations.empty:
         return pd.DataFrame()
-    index = ["benchmark", "system", "batch_size", "dtype", "id"]
-    table = operations.pivot_table(index=index, columns="implementation", values="median_ms", aggfunc="median")
+    index = ["benchmark", "system", "batch_size", "dtype", "id", "key"]
+    table = operations.pivot_table(index=index, columns="implementation", values="median_ms", aggfunc="first")
     table = table.dropna(how="any")
     if table.shape[1] < 2 or table.empty:
         return pd.DataFrame()
@@ -201,14 +268,15 @@ def implementations_side_by_side(operations: pd.DataFrame) -> pd.DataFrame:
     base = names[0]
     for other in names[1:]:
         table[f"{other}_over_{base}"] = table[other] / table[base]
-    return table.reset_index()
+    return table.reset_index().sort_values(index, kind="stable", ignore_index=True)
 
 
 def evaluation_table(runs: pd.DataFrame) -> pd.DataFrame:
     columns = ["benchmark", "system", "implementation", "batch_size", "step_time_predicted_ms",
                "step_time_measured_ms", "prediction_error_pct", "unexplained_time_pct", "run_id"]  # fmt: skip
     evaluations = runs[runs["kind"] == "evaluation"]
-    return evaluations[[c for c in columns if c in evaluations.columns]].reset_index(drop=True)
+    present = [c for c in columns if c in evaluations.columns]
+    return evaluations[present].sort_values(["benchmark", "system", "batch_size"], ignore_index=True)
 
 
 def _series(frame: pd.DataFrame) -> pd.Series:
@@ -237,7 +305,12 @@ def compare_runs(
     found: pd.DataFrame, read_results, kinds: Iterable[str] = (), benchmarks: Iterable[str] = ()
 ) -> Comparison:
     """Everything :mod:`dlbench.tasks.compare` logs, from search results and an artifact reader."""
-    runs = run_table(found, tuple(kinds), tuple(benchmarks))
+    runs = mark_repeats(run_table(found, tuple(kinds), tuple(benchmarks)))
     problems = check_metrics(runs)
-    operations, more = operation_table(runs, read_results)
+    problems += [
+        {"run_id": row.run_id, "run_name": row.run_name, "problem": f"note: superseded by {row.superseded_by}, "
+         "the newest finished run of the same configuration (only that one is compared)"}
+        for row in runs[runs["superseded_by"] != ""].itertuples(index=False)
+    ]  # fmt: skip
+    operations, more = operation_table(current(runs), read_results)
     return Comparison(runs=runs, operations=operations, problems=problems + more)

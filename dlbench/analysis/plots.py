@@ -125,7 +125,7 @@ def plot_results(frame: pd.DataFrame, title: str):  # -> matplotlib Figure
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    ok = frame[frame["status"] == "ok"]
+    ok = frame[frame["status"].isin(("ok", "unstable"))]  # unstable: measured, but not to the target precision
     has_flops = ok["gflops_per_s"].notna().any()
     fig, axes = plt.subplots(1, 2 if has_flops else 1, figsize=(13 if has_flops else 8, 0.35 * len(frame) + 1.8))
     axes = list(axes) if has_flops else [axes]
@@ -162,5 +162,103 @@ def plot_ratio_distribution(frame: pd.DataFrame, title: str):
     ax.set_xlabel("in-training time / benchmark time per operation (1: the benchmark predicts it exactly)")
     ax.set_ylabel("in-training time [ms per step]")
     ax.set_title(f"{title}: {len(ratios)} operations")
+    fig.tight_layout()
+    return fig
+
+
+def _along(frame: pd.DataFrame, x: str, order: list) -> pd.Series:
+    """Positions on the x axis: the batch size itself, or the index of a categorical value in ``order``."""
+    return frame[x] if not order else frame[x].map({v: i for i, v in enumerate(order)})
+
+
+def _log_y(ax) -> None:
+    """A log y axis labelled 1, 2, 5 x 10^k in plain numbers (a sweep spans a decade or two)."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    ax.set_yscale("log")
+    ax.yaxis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
+
+
+def _x_axis(ax, x_order: list, xlabel: str, values) -> None:
+    ax.set_xlabel(xlabel)
+    if x_order:
+        ax.set_xticks(range(len(x_order)))
+        ax.set_xticklabels([str(v) for v in x_order], rotation=20, fontsize=8)
+    else:
+        ax.set_xscale("log", base=2)
+        ticks = sorted({int(v) for v in values if v == v})
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(t) for t in ticks])
+    ax.grid(True, which="both", alpha=0.3)
+
+
+def plot_sweep_operations(
+    operations: pd.DataFrame, jobs: pd.DataFrame, x: str, xlabel: str, title: str, numeric: bool = True
+):
+    """A sweep's operations against the swept value (the batch size: log-log): median time per call, time
+    per sample, GFLOP/s, and the jobs' totals (sum of median x occurrences, and per sample)."""
+    plt = _pyplot()
+    x_order = [] if numeric else list(dict.fromkeys(jobs.sort_values(x)[x]))
+    fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
+    panels = (
+        (axes[0][0], "median_ms", "median time per call [ms]"),
+        (axes[0][1], "time_per_sample_ms", "time per call per sample [ms]"),
+        (axes[1][0], "gflops_per_s", "GFLOP/s"),
+    )
+    for ax, column, label in panels:
+        for key, sub in operations.groupby("key", sort=False) if column in operations else ():
+            sub = sub.dropna(subset=[column]).sort_values(x)
+            if len(sub):
+                ax.plot(_along(sub, x, x_order), sub[column], marker="o", markersize=3, label=str(key))
+        ax.set_ylabel(label)
+        _log_y(ax)
+        _x_axis(ax, x_order, xlabel, operations[x] if numeric else [])
+    ax = axes[1][1]
+    totals = jobs.sort_values(x)
+    for column, label in (("total_time_ms", "total (median x occurrences)"), ("time_per_sample_ms", "per sample")):
+        if column in totals and totals[column].notna().any():
+            ax.plot(_along(totals, x, x_order), totals[column], marker="s", label=label)
+    ax.set_ylabel("workload time [ms]")
+    _log_y(ax)
+    ax.legend(fontsize=8)
+    _x_axis(ax, x_order, xlabel, totals[x] if numeric else [])
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    if handles:
+        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(0.86, 0.5), fontsize=7, title="operation")
+    fig.suptitle(title)
+    fig.tight_layout(rect=(0, 0, 0.86 if handles else 1, 0.97))
+    return fig
+
+
+def plot_sweep_training(jobs: pd.DataFrame, x: str, xlabel: str, title: str, numeric: bool = True):
+    """Training (or evaluation) runs of a sweep: step time and samples per second against the swept value."""
+    plt = _pyplot()
+    x_order = [] if numeric else list(dict.fromkeys(jobs.sort_values(x)[x]))
+    frame = jobs.sort_values(x).copy()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    series = (
+        ("step_time_s_median", 1e3, "training step (median)"),
+        ("step_time_measured_ms", 1.0, "training step, measured"),
+        ("step_time_predicted_ms", 1.0, "training step, predicted from operators"),
+    )
+    for column, scale, label in series:
+        if column in frame and frame[column].notna().any():
+            sub = frame.dropna(subset=[column])
+            left.plot(_along(sub, x, x_order), sub[column] * scale, marker="o", label=label)
+    left.set_ylabel("step time [ms]")
+    _log_y(left)
+    left.legend(fontsize=8)
+    throughput = frame.get("samples_per_s_median")
+    if throughput is None or throughput.isna().all():
+        throughput = frame["batch_size"] / (frame.get("step_time_measured_ms", pd.Series(dtype=float)) / 1e3)
+    frame["throughput"] = throughput
+    sub = frame.dropna(subset=["throughput"])
+    right.plot(_along(sub, x, x_order), sub["throughput"], marker="o", color="tab:green")
+    right.set_ylabel("samples per second (median)")
+    for ax in (left, right):
+        _x_axis(ax, x_order, xlabel, frame[x] if numeric else [])
+    fig.suptitle(title)
     fig.tight_layout()
     return fig

@@ -1,16 +1,30 @@
-"""A sweep's results reported: everything measured logged to its run (metrics, tables, protocol files,
-plots, roofline columns) and printed as a table."""
+"""A sweep's results reported: everything measured logged to its run (run-level and per-operation metrics,
+tables, protocol files, plots, roofline columns, the workload as a dataset, a summary as the run's
+description) and printed as a table."""
 
 from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
 from dlbench.analysis.plots import plot_results
-from dlbench.analysis.results import results_frame, summary_metrics
+from dlbench.analysis.results import (
+    measured_rows,
+    operation_metrics,
+    results_frame,
+    slowest_operations,
+    summary_metrics,
+    workload_digest,
+    workload_frame,
+)
 from dlbench.analysis.roofline import attach_roofline
 from dlbench.config import DlbenchConfig
-from dlbench.core.values import SweepResult
+from dlbench.core.values import Operation, SweepResult
 from dlbench.operators.runner import SweepFiles
+
+NOTE_TAG = "mlflow.note.content"  # the run page's "Description"
 
 
 def log_sweep(
@@ -33,33 +47,138 @@ def log_sweep(
     frame["source_run_id"] = run.run_id
     if kept is not None and len(kept):
         frame = pd.concat([kept, frame], ignore_index=True).sort_values("id", kind="stable", ignore_index=True)
+        frame["key"] = frame["key"].fillna(frame["name"])  # rows kept from a run made before keys existed
     # arithmetic intensity and fraction of the roofline bound, when this system has a roofline run
     frame = attach_roofline(run, frame, cfg.dtype, f"{title}: roofline")
-    ok = frame[frame["status"] == "ok"]
-    run.log_metric_series("median_ms", ok["median_ms"].tolist(), ok["id"].tolist())
-    flops_rows = ok[ok["gflops_per_s"].notna()]
-    run.log_metric_series("gflops_per_s", flops_rows["gflops_per_s"].tolist(), flops_rows["id"].tolist())
-    run.log_metrics(summary_metrics(frame))
+    metrics = summary_metrics(frame, cfg.batch_size)
+    per_operation, covered = operation_metrics(frame, cfg.mlflow.max_operation_metrics)
+    run.log_metrics({**metrics, **per_operation})
+    run.set_tags({"dlbench.operation_metrics": covered, NOTE_TAG: run_note(title, frame, metrics, cfg.batch_size)})
+    log_interference(run, result)
     run.log_table(frame, "results.csv")
-    for path in (files.input_csv, files.output_csv, files.stderr_txt) if files else ():
-        if path.exists():
+    for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv) if files else ():
+        if path is not None and path.exists():
             run.log_artifact(path, "protocol")
     if result.run_error:
         run.log_text(result.run_error + "\n", "run_error.txt")
-    failed = frame[frame["status"] != "ok"]
+    failed = frame[~frame["status"].isin(("ok", "unstable"))]
     if len(failed):
         run.log_table(failed[["id", "name", "error"]], "failed_operations.csv")
-    if len(ok):
+    if len(measured_rows(frame)):
         fig = plot_results(frame, title)
         run.log_figure(fig, "results.png")
         plt.close(fig)
     return frame
 
 
-def print_summary(frame, run_name: str, run_id: str) -> None:
-    columns = [
-        c for c in ("id", "name", "median_ms", "min_ms", "iqr_ms", "reps", "gflops_per_s", "status") if c in frame
+def log_workload(run, operations: Sequence[Operation], name: str, source: str) -> None:
+    """The operations a run measures as its MLflow dataset: ``name`` (e.g. ``resnet50-conv``) and a digest of
+    the operations, so runs on the same workload share the "Dataset" column."""
+    run.log_dataset(workload_frame(operations), name, workload_digest(operations), source)
+
+
+def _number(value: object, unit: str = "") -> str:
+    if not isinstance(value, int | float) or isinstance(value, bool) or not math.isfinite(float(value)):
+        return "-"
+    return f"{float(value):.4g}{unit}"
+
+
+def system_line(system: Mapping[str, str]) -> str:
+    """One line on the machine: CPU, cores, memory, GPU, host, torch."""
+    parts = [
+        system.get("cpu.model", "unknown CPU"),
+        f"{system.get('cpu.cores_physical', '?')} cores ({system.get('cpu.cores_logical', '?')} logical)",
+        f"{system.get('memory.total_gib', '?')} GiB",
     ]
-    with __import__("pandas").option_context("display.max_rows", 200, "display.width", 160):
+    if system.get("gpu.name"):
+        parts.append(f"GPU {system['gpu.name']}")
+    parts.append(f"host {system.get('host.name', '?')}")
+    if system.get("torch.version"):
+        parts.append(f"torch {system['torch.version']}")
+    return ", ".join(parts)
+
+
+def run_note(title: str, frame: pd.DataFrame, metrics: Mapping[str, float], batch_size: int) -> str:
+    """The run's description in markdown: system, totals, and the five slowest operations."""
+    from dlbench.tracking.system import hardware_tags
+
+    counts = ", ".join(f"{int(v)} {k[len('operations_') :]}" for k, v in metrics.items() if k.startswith("operations_"))
+    lines = [
+        f"**{title}**",
+        "",
+        f"- **System**: {system_line(hardware_tags())}",
+        f"- **Operations**: {counts}",
+        f"- **Total time** (median x occurrences): {_number(metrics.get('total_time_ms'), ' ms')} at batch size "
+        f"{batch_size}, {_number(metrics.get('time_per_sample_ms'), ' ms')} per sample",
+        f"- **GFLOP/s**: {_number(metrics.get('gflops_per_s_mean'))} (all FLOPs over all time), median "
+        f"{_number(metrics.get('gflops_per_s_median'))}, best {_number(metrics.get('gflops_per_s_max'))}",
+    ]
+    slowest = slowest_operations(frame)
+    if len(slowest):
+        lines += ["", "Slowest operations (median x occurrences):", ""]
+        lines += ["| operation | median ms | occurrences | total ms | share | GFLOP/s |", "|---|---|---|---|---|---|"]
+        for row in slowest.itertuples(index=False):
+            share = f"{row.share * 100:.1f} %" if row.share == row.share else "-"
+            lines.append(
+                f"| {row.key} | {_number(row.median_ms)} | {int(row.count)} | {_number(row.total_ms)} | {share} "
+                f"| {_number(row.gflops_per_s)} |"
+            )
+    lines += ["", "Every operation: `results.csv`; per operation also the metrics `op/<operation>/median_ms`."]
+    return "\n".join(lines)
+
+
+def training_note(title: str, metrics: Mapping[str, float]) -> str:
+    """A training run's description in markdown: system, step time, throughput, loss."""
+    from dlbench.tracking.system import hardware_tags
+
+    step_s = metrics.get("step_time_s_median")
+    lines = [
+        f"**{title}**",
+        "",
+        f"- **System**: {system_line(hardware_tags())}",
+        f"- **Step time** (median of the unprofiled steps after the warm-up): "
+        f"{_number(step_s * 1e3 if step_s is not None else None, ' ms')}",
+        f"- **Throughput** (median): {_number(metrics.get('samples_per_s_median'), ' samples/s')}",
+        f"- **Loss**: {_number(metrics.get('loss_first'))} -> {_number(metrics.get('loss_final'))} over "
+        f"{_number(metrics.get('steps'))} steps; {_number(metrics.get('profiled_batches'))} profiled batches "
+        "(child runs)",
+    ]
+    return "\n".join(lines)
+
+
+def log_interference(run, result: SweepResult) -> None:
+    """The machine's state around the benchmark: metrics, two params, and the tag ``dlbench.noisy``."""
+    report = result.interference
+    if report is None:
+        return
+    run.log_metrics(report.run_metrics())
+    run.log_params(report.run_params())
+    tags = {"dlbench.noisy": str(report.noisy).lower()}
+    if report.noisy:
+        tags["dlbench.noisy_reason"] = report.reason
+    run.set_tags(tags)
+
+
+def print_summary(frame, run_name: str, run_id: str, result: SweepResult | None = None, link: str = "") -> None:
+    """The results table, then what makes its numbers less trustworthy: operations that did not converge
+    or could not be posed, and a machine busy enough to distort timings; and where the run is in the UI."""
+    columns = [
+        c
+        for c in ("id", "name", "median_ms", "min_ms", "p10_ms", "p90_ms", "rel_ci", "reps", "gflops_per_s", "status")
+        if c in frame
+    ]
+    with pd.option_context("display.max_rows", 200, "display.width", 160):
         print(f"\n{run_name} (MLflow run {run_id})")
-        print(frame[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print(frame[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="NA"))
+    for status, why in (
+        ("unstable", "did not converge: the median's 95% interval stayed wider than measure.target_rel_ci"),
+        ("unsupported", "cannot be posed by this implementation (see the error column)"),
+    ):
+        names = frame.loc[frame["status"] == status, "name"].tolist()
+        if names:
+            print(f"{len(names)} operation(s) {why}: {', '.join(map(str, names))}")
+    report = result.interference if result is not None else None
+    if report is not None and report.noisy:
+        print(f"the machine was busy (tag dlbench.noisy=true): {report.reason}; these timings are distorted")
+    if link:
+        print(f"in the MLflow UI: {link}")

@@ -1,56 +1,156 @@
-"""Measurements joined with their operations into one results table, and the figures derived from it."""
+"""Measurements joined with their operations into one results table, and the figures derived from it: the
+run-level scalars every run carries and the per-operation metrics under names that stay the same across
+batch sizes, dtypes, implementations and machines."""
 
 from __future__ import annotations
 
+import hashlib
+import statistics
 from collections import Counter
 from collections.abc import Sequence
 
 import pandas as pd
 
-from dlbench.core.values import Operation, SweepResult
+from dlbench.core.values import STAT_COLUMNS, Operation, SweepResult
+from dlbench.tracking.naming import metric_key
 
-STAT_COLUMNS = ["median_ms", "min_ms", "max_ms", "mean_ms", "std_ms", "iqr_ms", "reps"]
+#: Row statuses whose times count in totals and per-operation metrics: ``unstable`` rows hold a time that did
+#: not converge to ``measure.target_rel_ci`` (flagged, still the best estimate there is)
+MEASURED_STATUSES = ("ok", "unstable")
+#: Row statuses every run reports a count of (``operations_<status>``), present or not
+COUNTED_STATUSES = ("ok", "unstable", "unsupported", "failed")
+
+
+def operation_key(op: Operation) -> str:
+    """A name for ``op`` that is the same at every batch size: its configured name, else its first ONNX node
+    with the op type (a node's backward problems share the node), else the op type and its position."""
+    if op.name:
+        return op.name
+    if op.nodes:
+        return f"{op.nodes[0].strip('/').replace('/', '.')}:{op.op_type}"
+    return f"{op.op_type}_{op.id}"
 
 
 def results_frame(operations: Sequence[Operation], result: SweepResult, implementation: str = "") -> pd.DataFrame:
-    """One row per operation: parameters, time statistics, FLOPs, GFLOP/s, status and error."""
+    """One row per operation: parameters, time statistics (missing ones NA), FLOPs, GFLOP/s, status
+    (``ok``, ``unstable``, ``unsupported``, ``failed``), error, and what else the machine did meanwhile."""
     rows = []
+    timed_passes = any(op.timed_passes for op in operations)
+    keys: Counter[str] = Counter()
     for op in operations:
         m = result.measurements.get(op.id)
+        key = operation_key(op)
+        keys[key] += 1
         row: dict[str, object] = {
             "id": op.id,
             "name": op.label,
             "op_type": op.op_type,
             "implementation": implementation,
+            "key": key if keys[key] == 1 else f"{key}-{op.id}",
         }
         row.update({f"p.{d}" if d != "?" else f"p.?{i}": v for i, (d, v) in enumerate(op.params)})
         row.update({"count": op.count, "nodes": ";".join(op.nodes), "flops": op.flops, "bytes": op.bytes_moved})
+        if timed_passes:
+            row["timed_passes"] = "+".join(op.timed_passes)
         stats = m.stats.as_dict() if m is not None and m.stats is not None else dict.fromkeys(STAT_COLUMNS)
         row.update(stats)
         median = stats["median_ms"]
         row["gflops_per_s"] = op.flops / (median * 1e6) if op.flops and median else None
         row["gbytes_per_s"] = op.bytes_moved / (median * 1e6) if op.bytes_moved and median else None
-        row["status"] = "ok" if m is not None and m.ok else "failed"
+        row["status"] = m.status if m is not None else "failed"
         row["error"] = m.error if m is not None else "not measured"
+        if result.interference is not None:
+            row.update(result.interference.operation_columns(op.id))
         rows.append(row)
-    return pd.DataFrame(rows)
+    frame = pd.DataFrame(rows)
+    if "reps" in frame:
+        frame["reps"] = frame["reps"].astype("Int64")  # a missing count stays NA, not 0 or 1.0
+    return frame
 
 
-def summary_metrics(frame: pd.DataFrame) -> dict[str, float]:
-    ok = frame[frame["status"] == "ok"]
-    metrics: dict[str, float] = {
-        "operations_ok": float(len(ok)),
-        "operations_failed": float(len(frame) - len(ok)),
-    }
-    if len(ok):
-        total_ms = float(ok["median_ms"].sum())
-        metrics["total_ms"] = total_ms
-        metrics["network_total_ms"] = float((ok["median_ms"] * ok["count"]).sum())
-        flops = ok["flops"].fillna(0).astype(float)
-        if flops.sum() > 0:
-            metrics["mean_gflops_per_s"] = float(flops.sum() / (total_ms * 1e6))
-            metrics["max_gflops_per_s"] = float(ok["gflops_per_s"].max())
+def measured_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows whose times count: a measured status and a median."""
+    return frame[frame["status"].isin(MEASURED_STATUSES) & frame["median_ms"].notna()]
+
+
+def summary_metrics(frame: pd.DataFrame, batch_size: int | None = None) -> dict[str, float]:
+    """The run-level scalars every operator run carries, each meaning the same in every run:
+
+    ``operations_<status>``: rows per status (ok, failed, and any other a row has);
+    ``total_time_ms``: sum over operations of median x occurrences (``count``), the workload's time;
+    ``time_per_sample_ms``: that over the batch size; ``distinct_operations_time_ms``: each distinct
+    operation once; ``gflops_per_s_mean``: all FLOPs (occurrences counted) over ``total_time_ms``, i.e. the
+    time-weighted mean; ``gflops_per_s_median`` and ``gflops_per_s_max`` over the operations.
+    """
+    counts = frame["status"].value_counts()
+    metrics = {f"operations_{status}": float(counts.get(status, 0)) for status in (*COUNTED_STATUSES, *counts.index)}
+    if "machine_busy" in frame:
+        metrics["operations_machine_busy"] = float(frame["machine_busy"].eq(True).sum())
+    measured = measured_rows(frame)
+    if not len(measured):
+        return metrics
+    median = measured["median_ms"].astype(float)
+    count = measured["count"].fillna(1).astype(float)
+    total_ms = float((median * count).sum())
+    metrics["total_time_ms"] = total_ms
+    metrics["distinct_operations_time_ms"] = float(median.sum())
+    if batch_size:
+        metrics["time_per_sample_ms"] = total_ms / batch_size
+    flops = pd.to_numeric(measured["flops"], errors="coerce").fillna(0) * count
+    rates = pd.to_numeric(measured["gflops_per_s"], errors="coerce").dropna()
+    if flops.sum() > 0 and total_ms > 0:
+        metrics["gflops_per_s_mean"] = float(flops.sum() / (total_ms * 1e6))
+    if len(rates):
+        metrics["gflops_per_s_median"] = float(statistics.median(rates))
+        metrics["gflops_per_s_max"] = float(rates.max())
     return metrics
+
+
+def operation_metrics(frame: pd.DataFrame, limit: int) -> tuple[dict[str, float], str]:
+    """``op/<key>/median_ms`` and ``op/<key>/gflops_per_s`` of the ``limit`` costliest measured operations
+    (median x occurrences), and a sentence saying which operations these are."""
+    measured = measured_rows(frame)
+    cost = measured["median_ms"].astype(float) * measured["count"].fillna(1).astype(float)
+    chosen = measured.loc[cost.sort_values(ascending=False, kind="stable").index[: max(limit, 0)]]
+    metrics: dict[str, float] = {}
+    for row in chosen.itertuples(index=False):
+        metrics[metric_key("op", str(row.key), "median_ms")] = float(row.median_ms)
+        if row.gflops_per_s == row.gflops_per_s and row.gflops_per_s is not None:
+            metrics[metric_key("op", str(row.key), "gflops_per_s")] = float(row.gflops_per_s)
+    if len(chosen) == len(measured):
+        note = f"all {len(measured)} measured operations"
+    else:
+        note = (
+            f"the {len(chosen)} costliest of {len(measured)} measured operations (median x occurrences; "
+            "mlflow.max_operation_metrics); every operation is in results.csv"
+        )
+    return metrics, note
+
+
+def slowest_operations(frame: pd.DataFrame, n: int = 5) -> pd.DataFrame:
+    """The ``n`` measured operations with the largest median x occurrences, with their share of the total."""
+    measured = measured_rows(frame).copy()
+    measured["count"] = measured["count"].fillna(1).astype(int)
+    measured["total_ms"] = measured["median_ms"].astype(float) * measured["count"]
+    total = float(measured["total_ms"].sum())
+    measured["share"] = measured["total_ms"] / total if total > 0 else float("nan")
+    return measured.sort_values("total_ms", ascending=False, kind="stable").head(n)
+
+
+def workload_frame(operations: Sequence[Operation]) -> pd.DataFrame:
+    """What a run measured, one row per operation (the run's MLflow dataset)."""
+    rows = [
+        {"id": op.id, "name": operation_key(op), "op_type": op.op_type, "count": op.count, "flops": op.flops,
+         "params": ",".join(f"{d}={v}" for d, v in op.params)}
+        for op in operations
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=["id", "name", "op_type", "count", "flops", "params"])
+
+
+def workload_digest(operations: Sequence[Operation]) -> str:
+    """A fingerprint of the operations (type, parameters, occurrences) independent of who measures them."""
+    text = repr(sorted((op.id, op.op_type, op.params, op.count) for op in operations))
+    return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:12]
 
 
 def add_roofline_columns(frame: pd.DataFrame, peak_gflops: float, bandwidth_gbs: float) -> pd.DataFrame:
@@ -77,7 +177,7 @@ def time_by_op_type(frames: Sequence[pd.DataFrame]) -> dict[str, float]:
     figures add up, so read them per implementation from ``model_results.csv`` in that case."""
     totals: Counter[str] = Counter()
     for frame in frames:
-        ok = frame[frame["status"] == "ok"]
+        ok = measured_rows(frame)
         for op_type, pass_name, median, count in zip(
             ok["op_type"], ok["pass"], ok["median_ms"], ok["count"], strict=True
         ):

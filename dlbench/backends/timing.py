@@ -1,14 +1,24 @@
-"""Honest repeated timing of a callable: warm-up, then repeat until a minimum count and time are met,
-unless the operation's time budget runs out first."""
+"""Honest repeated timing of a callable: warm-up, repeat until the minimum count and time are met, then on
+until the median is known to ``target_rel_ci`` (95% confidence interval of the median) or ``max_time_s``
+ends; the operation's time budget cuts everything short. On a CUDA device the calls are timed by CUDA
+events (device time, read back in batches), not by the host clock with a synchronize per call."""
 
 from __future__ import annotations
 
+import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Protocol
 
 from dlbench.core.settings import default, from_environment
-from dlbench.core.values import TimeStats
+from dlbench.core.values import TimeStats, median_rel_ci
+
+#: How often (in calls, at most) device events are read back while repeating; each read is one synchronize.
+EVENT_BATCH = 32
+#: Convergence is checked at sample counts growing by this factor (sorting every sample each call would
+#: cost more than a microsecond kernel).
+CHECK_GROWTH = 1.1
 
 
 @dataclass(frozen=True)
@@ -22,34 +32,132 @@ class TimingSettings:
     #: seconds one operation may take, warm-up included; 0: no limit. At least one timed sample is
     #: always taken, so a spent budget shortens the measurement but never empties it.
     budget_s: float = float(default("op_budget_s"))
+    target_rel_ci: float = float(default("target_rel_ci"))
+    max_time_s: float = float(default("max_time_s"))
 
     @classmethod
     def from_env(cls) -> TimingSettings:
         """What the runner handed over in ``DLBENCH_*`` variables (defaults for unset ones)."""
-        v = from_environment(("warmup", "min_reps", "max_reps", "min_time_s", "op_budget_s"))
+        keys = ("warmup", "min_reps", "max_reps", "min_time_s", "op_budget_s", "target_rel_ci", "max_time_s")
+        v = from_environment(keys)
         return cls(
             warmup=int(v["warmup"]),
             min_reps=int(v["min_reps"]),
             max_reps=int(v["max_reps"]),
             min_time_s=float(v["min_time_s"]),
             budget_s=float(v["op_budget_s"]),
+            target_rel_ci=float(v["target_rel_ci"]),
+            max_time_s=float(v["max_time_s"]),
         )
+
+
+class Clock(Protocol):
+    """Times single calls. ``time_call`` may leave a sample pending (device events); ``flush`` returns the
+    samples taken since the last flush, in milliseconds, waiting for the device where needed."""
+
+    pending: int
+
+    def time_call(self, fn: Callable[[], object]) -> None: ...
+
+    def flush(self) -> list[float]: ...
+
+    def synchronize(self) -> None: ...
+
+
+class HostClock:
+    """The host's monotonic clock around each call; ``synchronize`` (if any) runs inside the interval."""
+
+    pending = 0
+
+    def __init__(self, synchronize: Callable[[], None] | None = None) -> None:
+        self._sync = synchronize or (lambda: None)
+        self._samples: list[float] = []
+
+    def time_call(self, fn: Callable[[], object]) -> None:
+        start = time.perf_counter_ns()
+        fn()
+        self._sync()
+        self._samples.append((time.perf_counter_ns() - start) / 1e6)
+
+    def flush(self) -> list[float]:
+        taken, self._samples = self._samples, []
+        return taken
+
+    def synchronize(self) -> None:
+        self._sync()
+
+
+class CudaEventClock:
+    """Device time of each call: a pair of CUDA events recorded around it on the current stream, read back
+    after a batch of calls (one synchronize per batch). The host-side time of issuing each call (launch
+    overhead) is kept apart in ``launch_ms``. torch is imported on first use only."""
+
+    def __init__(self) -> None:
+        self._torch: Any = None
+        self._events: list[tuple[Any, Any]] = []
+        self.launch_ms: list[float] = []
+
+    @property
+    def pending(self) -> int:
+        return len(self._events)
+
+    def _cuda(self) -> Any:
+        if self._torch is None:
+            import torch
+
+            self._torch = torch
+        return self._torch.cuda
+
+    def time_call(self, fn: Callable[[], object]) -> None:
+        cuda = self._cuda()
+        start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+        host = time.perf_counter_ns()
+        start.record()
+        fn()
+        end.record()
+        self.launch_ms.append((time.perf_counter_ns() - host) / 1e6)
+        self._events.append((start, end))
+
+    def flush(self) -> list[float]:
+        if not self._events:
+            return []
+        self._events[-1][1].synchronize()
+        taken = [start.elapsed_time(end) for start, end in self._events]
+        self._events = []
+        return taken
+
+    def synchronize(self) -> None:
+        self._cuda().synchronize()
+
+
+def clock_for(device_type: str, synchronize: Callable[[], None] | None = None) -> Clock:
+    """CUDA events on a CUDA device, the host clock elsewhere."""
+    return CudaEventClock() if device_type == "cuda" else HostClock(synchronize)
 
 
 @dataclass(frozen=True)
 class Timing:
-    """The statistics, and whether the time budget stopped the repetitions early."""
+    """The statistics, the raw samples, and what ended the repetitions."""
 
     stats: TimeStats
     budget_spent: bool
+    samples_ms: tuple[float, ...] = ()
+    #: median host time of issuing one call, where the clock measures device time apart (CUDA events)
+    launch_ms: float | None = None
 
 
 def time_repeated(
-    fn: Callable[[], object], settings: TimingSettings, synchronize: Callable[[], None] | None = None
+    fn: Callable[[], object],
+    settings: TimingSettings,
+    synchronize: Callable[[], None] | None = None,
+    clock: Clock | None = None,
 ) -> Timing:
-    """Time ``fn`` per call. ``synchronize`` (e.g. ``torch.cuda.synchronize``) runs inside each timed
-    interval so asynchronous devices are measured to completion, not to kernel launch."""
-    sync = synchronize or (lambda: None)
+    """Time ``fn`` per call with ``clock`` (default: the host clock, ``synchronize`` inside each interval).
+
+    Order of stopping rules: ``max_reps``, then the operation's time budget (after one sample), then the
+    minima (``min_reps`` and ``min_time_s`` of timed time), then convergence (the median's 95% interval
+    within ``target_rel_ci``) or ``max_time_s`` of repeating, whichever comes first."""
+    clock = clock or HostClock(synchronize)
     started = time.perf_counter()
     budget = settings.budget_s if settings.budget_s > 0 else float("inf")
 
@@ -60,21 +168,42 @@ def time_repeated(
         if spent():
             break
         fn()
-    sync()
+    clock.synchronize()
     samples: list[float] = []
-    total = 0.0
+    timed_total_ms = 0.0
     budget_spent = False
-    while len(samples) < settings.max_reps and (len(samples) < settings.min_reps or total < settings.min_time_s):
-        if samples and spent():
+    repeating_since = time.perf_counter()
+    last_flush = repeating_since
+    next_check = max(settings.min_reps, 1)
+    while len(samples) + clock.pending < settings.max_reps:
+        if (samples or clock.pending) and spent():
             budget_spent = True
             break
-        start = time.perf_counter_ns()
-        fn()
-        sync()
-        elapsed_ms = (time.perf_counter_ns() - start) / 1e6
-        samples.append(elapsed_ms)
-        total += elapsed_ms / 1e3
-    return Timing(TimeStats.from_samples(samples), budget_spent)
+        clock.time_call(fn)
+        now = time.perf_counter()
+        if clock.pending and clock.pending < EVENT_BATCH and now - last_flush < 0.05:
+            continue
+        new = clock.flush()
+        last_flush = now
+        samples.extend(new)
+        timed_total_ms += sum(new)
+        if len(samples) < settings.min_reps or timed_total_ms < settings.min_time_s * 1e3:
+            continue
+        if len(samples) >= next_check:
+            next_check = max(len(samples) + 1, int(len(samples) * CHECK_GROWTH))
+            rel_ci = median_rel_ci(samples)
+            if rel_ci is not None and rel_ci <= settings.target_rel_ci:
+                break
+        if now - repeating_since >= settings.max_time_s:
+            break
+    samples.extend(clock.flush())
+    launch = getattr(clock, "launch_ms", None)
+    return Timing(
+        TimeStats.from_samples(samples, settings.target_rel_ci),
+        budget_spent,
+        tuple(samples),
+        statistics.median(launch) if launch else None,
+    )
 
 
 def time_callable(

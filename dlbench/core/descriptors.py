@@ -1,16 +1,16 @@
-"""Canonical operator parameter descriptors (the original tool's style) and each operator's cost.
+"""Canonical operator parameter descriptors (the original tool's style); each operator's cost is in
+:mod:`dlbench.core.costs` (re-exported here) and the tensors of the glue operators in :mod:`dlbench.core.glue`.
 
 Every tensor of an elementwise-like operator is described as rank 4, ``N, C, H, W``, with leading 1s for
-lower ranks. ``mode`` selects the pass: 0 forward, 1 backward (backward-data for Conv), 2 backward-weights
-(Conv only) or forward inference (BatchNormalization).
+lower ranks (:mod:`dlbench.core.shapes`); a second and third tensor take the suffixes ``_b`` and ``_c``, an
+output ``_out``. ``mode`` selects the pass: 0 forward, 1 backward (backward-data for Conv; for the glue
+operators the gradients of every float input, Pow's base only), 2 backward-weights (Conv only) or forward
+inference (BatchNormalization).
 """
 
 from __future__ import annotations
 
-import math
-from collections.abc import Mapping
-
-from dlbench.core.values import Number
+from dlbench.core.costs import conv_output_hw, operation_cost
 
 CONV = (
     "N C H W K kernel_shape_0 kernel_shape_1 pads_0 pads_1 pads_2 pads_3 "
@@ -18,11 +18,28 @@ CONV = (
 ).split()
 GEMM = "M K N transA transB batch".split()
 BATCHNORM = "N C H W epsilon momentum mode".split()
-ELEMENTWISE = "N C H W mode".split()  # Relu, GlobalAveragePool
+ELEMENTWISE = "N C H W mode".split()  # Relu, GlobalAveragePool, the pointwise functions
 POOL = "N C H W kernel_shape_0 kernel_shape_1 pads_0 pads_1 pads_2 pads_3 strides_0 strides_1 mode".split()
 ADD = "N C H W N_b C_b H_b W_b".split()
 SOFTMAX = "N C H W axis mode".split()
 LAYERNORM = "N C H W axis epsilon mode".split()
+
+# The glue of real networks. Gelu's approximate: 0 none (erf), 1 tanh. Cast's to: the ONNX element type.
+GELU = "N C H W approximate mode".split()
+CAST = "N C H W to mode".split()
+BINARY = [*ADD, "mode"]  # A (N C H W) op B (_b), broadcasting as ONNX does
+VARIADIC = [*ADD, "inputs", "mode"]  # the first input, then `inputs - 1` inputs of shape _b
+WHERE = [*ADD, "N_c", "C_c", "H_c", "W_c", "mode"]  # condition, X (_b), Y (_c)
+CONCAT = "N C H W axis inputs mode".split()  # N C H W: the output; the inputs cut `axis` evenly
+SPLIT = "N C H W axis outputs mode".split()  # N C H W: the input, cut evenly along `axis`
+SLICE = "N C H W N_out C_out H_out W_out mode".split()  # the output starts at 0 with step 1 on every axis
+EXPAND = SLICE  # input and target shape
+TILE = "N C H W repeats_0 repeats_1 repeats_2 repeats_3 mode".split()
+TRANSPOSE = "N C H W perm_0 perm_1 perm_2 perm_3 mode".split()
+GATHER = "N C H W axis indices mode".split()  # data N C H W, `indices` indices along `axis`
+GATHER_ELEMENTS = [*ADD, "axis", "mode"]  # data N C H W, indices (and output) _b
+REDUCE = "N C H W reduce_N reduce_C reduce_H reduce_W mode".split()  # 1: the dimension is reduced (kept as 1)
+LRN = "N C H W size alpha beta bias mode".split()
 
 #: op_type -> canonical descriptors, the ``param_descr`` of the shipped registry entries.
 DESCRIPTORS: dict[str, list[str]] = {
@@ -41,70 +58,28 @@ DESCRIPTORS: dict[str, list[str]] = {
     "SoftmaxCrossEntropyLoss": "N C mode".split(),  # N rows of C classes (the training step's loss)
     # a batch of ``ops`` operators too small to compute: the framework's own cost per operator
     "FrameworkOverhead": "ops mode".split(),
+    **{op: ELEMENTWISE for op in ("Sqrt", "Erf", "Tanh", "Sigmoid", "Exp", "Log", "Neg", "Clip")},
+    "Gelu": GELU,
+    "Cast": CAST,
+    **{op: BINARY for op in ("Mul", "Div", "Sub", "Pow")},
+    **{op: VARIADIC for op in ("Sum", "Max", "Min")},
+    "Where": WHERE,
+    "Concat": CONCAT,
+    "Split": SPLIT,
+    "Slice": SLICE,
+    "Expand": EXPAND,
+    "Tile": TILE,
+    "Transpose": TRANSPOSE,
+    "Gather": GATHER,
+    "ReduceMean": REDUCE,
+    "ReduceSum": REDUCE,
+    "LRN": LRN,
+    "GatherElements": GATHER_ELEMENTS,
+    # boolean results, forward only: comparisons and logic broadcast like BINARY, predicates are pointwise
+    **{op: BINARY for op in ("Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor")},
+    **{op: ELEMENTWISE for op in ("Not", "IsNaN", "IsInf")},
 }
 
-
-def conv_output_hw(p: Mapping[str, Number]) -> tuple[int, int]:
-    """Output height and width of a 2-D convolution or pooling window from its descriptors."""
-    dil0, dil1 = p.get("dilations_0", 1), p.get("dilations_1", 1)
-    eff0 = dil0 * (p["kernel_shape_0"] - 1) + 1
-    eff1 = dil1 * (p["kernel_shape_1"] - 1) + 1
-    out_h = (p["H"] + p["pads_0"] + p["pads_2"] - eff0) // p["strides_0"] + 1
-    out_w = (p["W"] + p["pads_1"] + p["pads_3"] - eff1) // p["strides_1"] + 1
-    return int(out_h), int(out_w)
-
-
-def _elements(p: Mapping[str, Number], prefix: str = "", suffix: str = "") -> int:
-    return int(math.prod(int(p.get(f"{prefix}{d}{suffix}", 1)) for d in "NCHW"))
-
-
-def operation_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int = 4) -> tuple[float, float]:
-    """FLOPs and minimum bytes moved of one operation, from its named parameters.
-
-    Multiply-adds count as 2 FLOPs. Bytes are the compulsory traffic (each input read, output written
-    once). Unknown operators cost (0, 0): their GFLOP/s is simply not reported.
-    """
-    mode = int(p.get("mode", 0))
-    try:
-        if op_type == "Conv":
-            out_h, out_w = conv_output_hw(p)
-            n, c, k, g = int(p["N"]), int(p["C"]), int(p["K"]), int(p.get("group", 1))
-            kh, kw = int(p["kernel_shape_0"]), int(p["kernel_shape_1"])
-            flops = 2.0 * n * k * out_h * out_w * (c // g) * kh * kw
-            x, w, y = n * c * p["H"] * p["W"], k * (c // g) * kh * kw, n * k * out_h * out_w
-            return flops, dtype_bytes * float(x + w + y)
-        if op_type in ("Gemm", "MatMul"):
-            m, k, n, b = int(p["M"]), int(p["K"]), int(p["N"]), int(p.get("batch", 1))
-            return 2.0 * b * m * n * k, dtype_bytes * float(b * (m * k + k * n + m * n))
-        if op_type == "BatchNormalization":
-            e = _elements(p)
-            per = 5 if mode == 2 else (8 if mode == 0 else 10)
-            return float(per * e), dtype_bytes * float((2 if mode != 1 else 3) * e)
-        if op_type in ("Relu", "Add"):
-            e = _elements(p)
-            if op_type == "Add":
-                eb = _elements(p, suffix="_b")
-                return float(max(e, eb)), dtype_bytes * float(e + eb + max(e, eb))
-            return float(e), dtype_bytes * float((2 if mode == 0 else 3) * e)
-        if op_type == "GlobalAveragePool":
-            e = _elements(p)
-            return float(e), dtype_bytes * float(e + int(p["N"]) * int(p["C"]))
-        if op_type in ("MaxPool", "AveragePool"):
-            out_h, out_w = conv_output_hw(p)
-            outs = int(p["N"]) * int(p["C"]) * out_h * out_w
-            return float(outs * p["kernel_shape_0"] * p["kernel_shape_1"]), dtype_bytes * float(_elements(p) + outs)
-        if op_type == "SGD":  # buf = m buf + g; p -= lr buf: 3 FLOPs, 3 reads and 2 writes per element
-            e = _elements(p)
-            return float(3 * e), dtype_bytes * float(5 * e)
-        if op_type == "SoftmaxCrossEntropyLoss":  # log_softmax + gather; backward: zero, scatter, softmax grad
-            e = int(p["N"]) * int(p["C"])
-            return float(5 * e), dtype_bytes * float((2 if mode == 0 else 4) * e)
-        if op_type in ("Softmax", "LayerNormalization"):
-            e = _elements(p)
-            return float(5 * e if op_type == "Softmax" else 8 * e), dtype_bytes * float(2 * e)
-    except KeyError:
-        return 0.0, 0.0
-    return 0.0, 0.0
-
-
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
+
+__all__ = ["DESCRIPTORS", "DTYPE_BYTES", "conv_output_hw", "operation_cost"]

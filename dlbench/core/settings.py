@@ -33,6 +33,14 @@ MEASURE_SETTINGS: tuple[Setting, ...] = (
     Setting("max_reps", "DLBENCH_MAX_REPS", int, 1000, "maximum timed repetitions"),
     Setting("min_time_s", "DLBENCH_MIN_TIME_S", float, 0.2, "keep repeating until this many seconds were timed"),
     Setting(
+        "target_rel_ci", "DLBENCH_TARGET_REL_CI", float, 0.02,
+        "then repeat until the 95% confidence interval of the median is within this fraction of it (0.02: +-2%)",
+    ),
+    Setting(
+        "max_time_s", "DLBENCH_MAX_TIME_S", float, 1.0,
+        "stop repeating for target_rel_ci after this many seconds; the operation is then reported unstable",
+    ),
+    Setting(
         "op_budget_s", "DLBENCH_OP_BUDGET_S", float, 0.0,
         "seconds one operation may take (warm-up and repetitions); 0: no limit beyond `timeout`",
     ),
@@ -44,7 +52,7 @@ MEASURE_SETTINGS: tuple[Setting, ...] = (
 
 #: Top-level config keys an executable is told about, and the verify switch of the native kernels.
 RUN_SETTINGS: tuple[Setting, ...] = (
-    Setting("threads", "DLBENCH_THREADS", int, 0, "CPU threads (0: the library's default)"),
+    Setting("threads", "DLBENCH_THREADS", int, 0, "CPU threads (0: all physical cores, not hyper-threads)"),
     Setting("device", "DLBENCH_DEVICE", str, "cpu", "cpu or cuda"),
     Setting("dtype", "DLBENCH_DTYPE", str, "float32", "float32, float16 or bfloat16"),
     Setting(

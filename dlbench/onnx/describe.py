@@ -8,7 +8,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dlbench.core.descriptors import DESCRIPTORS
-from dlbench.core.shapes import Shape, axis4, rank4, rank4_spatial
+from dlbench.core.glue import BINARY, COMPARISONS, GLUE_OP_TYPES, LOGICAL, PREDICATES, REDUCTIONS, UNARY, VARIADIC
+from dlbench.core.shapes import Shape, along_axis4, axis4, broadcast4, rank4, rank4_spatial, reduce4, transpose4
 from dlbench.core.values import Number
 
 Params = tuple[tuple[str, Number], ...]
@@ -137,10 +138,23 @@ def _matmul(shapes: Sequence[Shape | None]) -> Params:
 
 
 def describe_known(
-    op_type: str, shapes: Sequence[Shape | None], attrs: Mapping[str, Any], opset: int, training: bool
+    op_type: str,
+    shapes: Sequence[Shape | None],
+    attrs: Mapping[str, Any],
+    opset: int,
+    training: bool,
+    outputs: Sequence[Shape | None] = (),
+    values: Sequence[Sequence[Number] | None] = (),
 ) -> Params | None:
-    """Canonical parameters of a known operator, or None when the op_type has none."""
+    """Canonical parameters of a known operator, or None when the op_type has none (or, for Slice, Expand,
+    Tile, Split and reductions with axes as an input, when neither ``outputs`` (the output shapes) nor
+    ``values`` (the values of constant inputs, by position) say what the node computes)."""
     first = shapes[0] if shapes else None
+    if op_type in GLUE_OP_TYPES:
+        if first is None:
+            raise CannotDescribe("input shape unknown")
+        described = _glue(op_type, shapes, attrs, opset, outputs, values)
+        return None if described is None else tuple(zip(DESCRIPTORS[op_type], described, strict=True))
     if op_type == "Conv":
         return _conv(shapes, attrs, mode=0)
     if op_type in ("MaxPool", "AveragePool"):
@@ -179,6 +193,146 @@ def describe_known(
     else:  # an op_type added to ops.DESCRIPTORS that this module does not know yet
         return None
     return tuple(zip(DESCRIPTORS[op_type], values, strict=True))
+
+
+def _sized(items: Sequence[Any], index: int) -> Any:
+    return items[index] if len(items) > index else None
+
+
+def _listed(values: Sequence[Any], index: int) -> list[Number] | None:
+    """The values of constant input ``index`` as a flat list (a numpy array of any rank, or a sequence)."""
+    value = _sized(values, index)
+    if value is None:
+        return None
+    if hasattr(value, "reshape"):
+        return list(value.reshape(-1).tolist())
+    return list(value) if isinstance(value, list | tuple) else [value]
+
+
+def _folded(shapes: Sequence[Shape], op_type: str) -> list[Shape]:
+    folded = broadcast4(shapes)
+    if folded is None:
+        raise NoCanonicalForm(f"{op_type} broadcasts among leading axes of shapes {[list(s) for s in shapes]}")
+    return folded
+
+
+def _along(shape: Shape, attrs: Mapping[str, Any], op_type: str) -> tuple[Shape, int]:
+    axis = int(attrs.get("axis", 0))
+    if not -max(len(shape), 1) <= axis < max(len(shape), 1):
+        raise CannotDescribe(f"{op_type}: axis {axis} outside a rank-{len(shape)} input")
+    return along_axis4(shape, axis)
+
+
+def _reduced_axes(
+    x: Shape, shapes: Sequence[Shape | None], attrs: Mapping[str, Any], out: Shape | None, values: Sequence[Any]
+) -> list[int] | None:
+    """The axes a ReduceMean/ReduceSum reduces: its attribute (older opsets), the values of its constant
+    ``axes`` input, else what the output shape shows (keepdims); None when nothing says."""
+    if "axes" in attrs:
+        axes = attrs["axes"]
+    elif _sized(shapes, 1) is not None:  # axes as an input (ReduceSum from opset 13, ReduceMean from 18)
+        axes = _listed(values, 1)
+    else:
+        axes = []
+    if axes is not None:
+        if len(axes):
+            return [int(a) for a in axes]
+        return [] if int(attrs.get("noop_with_empty_axes", 0)) else list(range(len(x)))
+    if out is not None and int(attrs.get("keepdims", 1)) and len(out) == len(x):
+        return [i for i, (a, b) in enumerate(zip(x, out, strict=True)) if a != b]
+    return None
+
+
+def _glue(
+    op_type: str,
+    shapes: Sequence[Shape | None],
+    attrs: Mapping[str, Any],
+    opset: int,
+    outputs: Sequence[Shape | None],
+    values: Sequence[Sequence[Number] | None],
+) -> tuple[Number, ...] | None:
+    """Canonical values of a glue operator in ``DESCRIPTORS`` order (see :mod:`dlbench.core.descriptors`)."""
+    x = shapes[0]
+    assert x is not None
+    out = _sized(outputs, 0)
+    if op_type in (*UNARY, *PREDICATES):
+        return (*rank4(op_type, x), 0)
+    if op_type == "Gelu":
+        return (*rank4(op_type, x), 1 if attrs.get("approximate", "none") == "tanh" else 0, 0)
+    if op_type == "Cast":
+        return (*rank4(op_type, x), int(attrs["to"]), 0)
+    if op_type == "LRN":
+        size = int(attrs["size"])
+        alpha, beta, bias = (float(attrs.get(k, d)) for k, d in (("alpha", 1e-4), ("beta", 0.75), ("bias", 1.0)))
+        return (*_spatial(x), size, alpha, beta, bias, 0)
+    present = [s for s in shapes if s is not None]
+    if len(present) != len(shapes) and op_type not in ("Split", "Slice", "Expand", "Tile", *REDUCTIONS):
+        raise CannotDescribe("an input shape is unknown")
+    if op_type in (*BINARY, *COMPARISONS, *LOGICAL):
+        a, b = _folded(present[:2], op_type)
+        return (*a, *b, 0)
+    if op_type in VARIADIC:
+        if any(s != present[min(1, len(present) - 1)] for s in present[1:]):
+            raise NoCanonicalForm(f"{op_type} of inputs {[list(s) for s in present]}: the second and later differ")
+        a, b = _folded([present[0], present[min(1, len(present) - 1)]], op_type)
+        return (*a, *b, len(present), 0)
+    if op_type == "Where":
+        c, a, b = _folded(present[:3], op_type)
+        return (*c, *a, *b, 0)
+    if op_type == "Concat":
+        axis = int(attrs["axis"]) % len(x)
+        joined = (*x[:axis], sum(s[axis] for s in present), *x[axis + 1 :])
+        shape4, along = _along(joined, attrs, op_type)
+        return (*shape4, along, len(present), 0)
+    if op_type == "Split":
+        count = len(outputs) or int(attrs.get("num_outputs", 0)) or len(attrs.get("split") or [])
+        count = count or len(_listed(values, 1) or [])
+        if not count:
+            return None
+        shape4, axis = _along(x, attrs, op_type)
+        return (*shape4, axis, count, 0)
+    if op_type == "Transpose":
+        folded = transpose4(x, attrs.get("perm") or list(reversed(range(len(x)))))
+        if folded is None:
+            raise NoCanonicalForm(f"Transpose {attrs.get('perm')} of {list(x)} keeps more than four axes apart")
+        return (*folded[0], *folded[1], 0)
+    if op_type == "Gather":
+        indices = present[1]
+        shape4, axis = _along(x, attrs, op_type)
+        return (*shape4, axis, math.prod(indices), 0)
+    if op_type == "GatherElements":
+        indices = present[1]
+        rank, axis = len(x), int(attrs.get("axis", 0)) % max(len(x), 1)
+        if len(indices) != rank:
+            raise CannotDescribe(f"GatherElements: indices of rank {len(indices)} for data of rank {rank}")
+        if rank > 4 and (axis < rank - 3 or x[: rank - 3] != indices[: rank - 3]):
+            raise NoCanonicalForm(f"GatherElements along axis {axis} of a rank-{rank} tensor has no rank-4 form")
+        return (*rank4(op_type, x), *rank4(op_type, indices), axis4(axis, rank), 0)
+    if op_type in ("Slice", "Expand", "Tile"):
+        given = _listed(values, 1)
+        if out is None and op_type == "Expand" and given is not None:
+            out = tuple(int(d) for d in given)
+        if out is None and op_type == "Tile" and given is not None:
+            out = tuple(d * int(r) for d, r in zip(x, given, strict=True))
+        if out is None:
+            return None
+        a, b = _folded([x, out], op_type) if op_type == "Expand" else (rank4(op_type, x), rank4(op_type, out))
+        if op_type == "Expand":
+            b = tuple(max(i, o) for i, o in zip(a, b, strict=True))
+        if op_type != "Expand" and len(x) > 4 and out[: len(x) - 3] != x[: len(x) - 3]:
+            raise NoCanonicalForm(f"{op_type} changes leading axes of a rank-{len(x)} tensor, which fold together")
+        if op_type == "Tile":
+            return (*a, *(o // i for i, o in zip(a, b, strict=True)), 0)
+        return (*a, *b, 0)
+    if op_type in REDUCTIONS:
+        axes = _reduced_axes(x, shapes, attrs, out, values)
+        if axes is None:
+            return None
+        folded = reduce4(x, axes)
+        if folded is None:
+            raise NoCanonicalForm(f"{op_type} over axes {axes} of {list(x)} keeps more than four axes apart")
+        return (*folded[0], *folded[1], 0)
+    return None
 
 
 def describe_unknown(shapes: Sequence[Shape | None], names: Sequence[str], flat_attrs: Params) -> Params:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.core.descriptors import DESCRIPTORS, operation_cost
+from dlbench.core.nodes import NodeSpec
 from dlbench.core.values import Number, Operation
 from dlbench.onnx.attributes import UnhandledAttribute, read_attributes
 from dlbench.onnx.classes import COMPUTE, CONSTANT, LAYOUT, classify_node, constant_outputs
@@ -20,6 +21,7 @@ from dlbench.onnx.errors import ExtractionError
 from dlbench.onnx.infer import element_types, infer_shapes, small_constant_values
 from dlbench.onnx.load import check_model, check_weights, default_opset, light_model, load_model
 from dlbench.onnx.names import layer_names
+from dlbench.onnx.node_spec import MAX_INDEX_VALUES, NodeSpecError, node_spec
 from dlbench.onnx.rebatch import rebatch
 
 log = logging.getLogger(__name__)
@@ -52,6 +54,9 @@ class NodeRecord:
     layer: str = ""
     kind: str = COMPUTE
     reason: str = ""
+    #: the node itself as data, for executables that run nodes (the onnxruntime backend); None where its
+    #: inputs' shapes or types cannot all be carried
+    node: NodeSpec | None = None
 
     @property
     def activation_shapes(self) -> tuple[Shape, ...]:
@@ -136,6 +141,7 @@ def node_operation(op_id: int, node: NodeRecord) -> Operation:
         nodes=(node.name,),
         flops=flops,
         bytes_moved=moved,
+        node=node.node,
     )
 
 
@@ -179,6 +185,8 @@ def extract_operations(
     graph = model.graph
     constants, constant_nodes = constant_outputs(graph, shapes=shapes)
     values = small_constant_values(graph)
+    embedded = small_constant_values(graph, MAX_INDEX_VALUES)  # indices and masks a node file carries
+    opsets = {imp.domain or "": int(imp.version) for imp in model.opset_import}
     names = layer_names(graph, constants)
 
     records: list[NodeRecord] = []
@@ -195,8 +203,14 @@ def extract_operations(
             continue
         kind, reason = classify_node(node, [types.get(i) for i in node.input], values)
         in_shapes = tuple(shapes.get(i) if i else None for i in node.input)
+        out_shapes = tuple(shapes.get(o) if o else None for o in node.output)
+        weight_inputs = tuple(bool(i) and i in constants for i in node.input)
         try:
-            params = _describe(node, in_shapes, opset, training, notes, name) if kind == COMPUTE else ()
+            params = (
+                _describe(node, in_shapes, out_shapes, [values.get(i) for i in node.input], opset, training, notes)
+                if kind == COMPUTE
+                else ()
+            )
             readable = read_attributes(node)[0] if kind == COMPUTE else []
         except (UnhandledAttribute, CannotDescribe) as err:
             message = f"{path}: node {name!r} ({node.op_type}): {err}"
@@ -211,13 +225,16 @@ def extract_operations(
                 op_type=node.op_type,
                 domain=node.domain,
                 input_shapes=in_shapes,
-                constant=tuple(bool(i) and i in constants for i in node.input),
-                output_shapes=tuple(shapes.get(o) if o else None for o in node.output),
+                constant=weight_inputs,
+                output_shapes=out_shapes,
                 attributes=tuple(readable),
                 params=params,
                 layer=names[index],
                 kind=kind,
                 reason=reason,
+                node=_node_spec(node, opsets, in_shapes, out_shapes, types, weight_inputs, embedded)
+                if kind == COMPUTE
+                else None,
             )
         )
     if skipped:
@@ -244,9 +261,24 @@ def extract_operations(
     )
 
 
+def _node_spec(node: Any, *args: Any) -> NodeSpec | None:
+    try:
+        return node_spec(node, *args)
+    except NodeSpecError:
+        return None
+
+
 def _describe(
-    node: Any, in_shapes: tuple[Shape | None, ...], opset: int, training: bool, notes: list[str], name: str
+    node: Any,
+    in_shapes: tuple[Shape | None, ...],
+    out_shapes: tuple[Shape | None, ...],
+    in_values: list[Any],
+    opset: int,
+    training: bool,
+    notes: list[str],
 ) -> Params:
+    """Canonical parameters where the op type has them (constant inputs and output shapes let Slice, Expand,
+    Tile, Split and reductions say what they compute), else its shapes by position and flat attributes."""
     unknown = [i for i, shape in zip(node.input, in_shapes, strict=True) if i and shape is None]
     if unknown:
         raise CannotDescribe(
@@ -256,9 +288,9 @@ def _describe(
     readable, flat_attrs = read_attributes(node)
     if node.domain in ("", "ai.onnx"):
         try:
-            params = describe_known(node.op_type, in_shapes, dict(readable), opset, training)
+            params = describe_known(node.op_type, in_shapes, dict(readable), opset, training, out_shapes, in_values)
         except NoCanonicalForm as err:
-            notes.append(f"node {name!r} ({node.op_type}): {err}; described by position")
+            notes.append(f"node {node.name or node.op_type!r} ({node.op_type}): {err}; described by position")
             params = None
         if params is not None:
             return params

@@ -85,20 +85,20 @@ def element_types(graph: Any) -> dict[str, int]:
     return types
 
 
-def small_constant_values(graph: Any) -> dict[str, Any]:
-    """Small constant tensors as numpy arrays: initializers and Constant outputs."""
+def small_constant_values(graph: Any, limit: int = MAX_FOLDED_ELEMENTS) -> dict[str, Any]:
+    """Constant tensors of at most ``limit`` elements as numpy arrays: initializers and Constant outputs."""
     import numpy as np
     import onnx.numpy_helper
 
     values: dict[str, Any] = {}
     for tensor in graph.initializer:
-        if math.prod(tensor.dims) <= MAX_FOLDED_ELEMENTS and tensor.data_location != onnx.TensorProto.EXTERNAL:
+        if math.prod(tensor.dims) <= limit and tensor.data_location != onnx.TensorProto.EXTERNAL:
             values[tensor.name] = onnx.numpy_helper.to_array(tensor)
     for node in graph.node:
         if node.op_type != "Constant" or not node.output:
             continue
         for attr in node.attribute:
-            if attr.name == "value" and math.prod(attr.t.dims) <= MAX_FOLDED_ELEMENTS:
+            if attr.name == "value" and math.prod(attr.t.dims) <= limit:
                 values[node.output[0]] = onnx.numpy_helper.to_array(attr.t)
             elif attr.name == "value_int":
                 values[node.output[0]] = np.array(attr.i, dtype=np.int64)

@@ -30,6 +30,7 @@ def sweep_params(cfg: DlbenchConfig, entry: OperatorBenchmark, benchmark_name: s
         "timeout": cfg.timeout,
         **{f"measure.{k}": v for k, v in asdict(cfg.measure).items()},
         "command": " ".join(entry.command),
+        **({"passes": "+".join(entry.passes)} if entry.passes else {}),
     }
 
 

@@ -3,9 +3,14 @@
 Input: ``<name>.csv`` with one row ``id, p1, p2, ...`` per operation and no header. The program gets the
 path as its last argument and writes ``<input stem>_out.csv`` beside it: an optional header ``id, <unit>``
 (unit one of s, ms, us, ns; ms when there is no header or the column is called ``time``), optionally more
-named statistic columns in the same unit (``min, max, mean, std, iqr``) and ``reps``, then one
-``id, time[, ...]`` row per operation. Measurement settings reach the program through environment
-variables (see :data:`ENV_VARS`), so the command line stays exactly the original one.
+named statistic columns (:data:`OUTPUT_COLUMNS`: ``min, max, mean, std, iqr, p10, p90, ci_low, ci_high`` in
+the same unit, ``reps``, ``converged``; empty when unknown), then one ``id, time[, ...]`` row per operation.
+It may also write ``<input stem>_samples.csv`` (``id,<unit>`` then one row per timed repetition); dlbench
+then recomputes every statistic from those samples. Measurement settings reach the program through
+environment variables (see :data:`ENV_VARS`), so the command line stays exactly the original one.
+
+An executable registered with ``node_file: true`` also finds ``<input stem>_nodes.json`` beside the input
+(:mod:`dlbench.operators.node_file`). Other executables never see it.
 """
 
 from __future__ import annotations
@@ -41,8 +46,11 @@ def format_value(value: Number) -> str:
 
 
 def write_input(path: Path, rows: Iterable[tuple[int, Sequence[Number]]]) -> Path:
-    """Write ``id, p1, p2, ...`` rows (no header) to ``path``."""
+    """Write ``id, p1, p2, ...`` rows (no header) to ``path``; the outputs of an earlier run of the same
+    input are removed, so they can never pass for this run's."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    output_path_for(path).unlink(missing_ok=True)
+    samples_path_for(path).unlink(missing_ok=True)
     lines = [",".join([str(op_id), *(format_value(v) for v in values)]) for op_id, values in rows]
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     return path
@@ -77,12 +85,25 @@ class ParsedOutput:
     problems: Sequence[str]
     #: the problems that concern one asked-for id (a bad row of that id), by id
     problems_by_id: Mapping[int, Sequence[str]] = field(default_factory=dict)
+    #: the raw samples file the statistics were recomputed from, when the executable wrote one
+    samples_path: Path | None = None
+
+
+#: Optional statistic columns after ``id, <time>``: times in the header's unit, ``reps`` a count,
+#: ``converged`` 0/1. Missing ones (or empty cells, ``nan``, ``NA``) are missing, never 0 or 1.
+TIME_COLUMNS = ("min", "max", "mean", "std", "iqr", "p10", "p90", "ci_low", "ci_high")
+OUTPUT_COLUMNS = ("min", "max", "mean", "std", "iqr", "reps", "p10", "p90", "ci_low", "ci_high", "converged")
+_MISSING = ("", "na", "nan", "none")
 
 
 def _number(text: str) -> float:
     # float() also takes "1_000" and surrounding junk-free spellings like "infinity"; both are fine here,
     # since non-finite times are rejected below.
     return float(text)
+
+
+def _optional(text: str) -> float | None:
+    return None if text.strip().lower() in _MISSING else _number(text)
 
 
 def _leading_id(fields: Sequence[str]) -> int | None:
@@ -92,10 +113,99 @@ def _leading_id(fields: Sequence[str]) -> int | None:
         return None
 
 
+def samples_path_for(input_path: Path) -> Path:
+    """``<stem>_samples.csv`` beside the input ``<stem>.csv``: where a program may write its raw samples."""
+    return input_path.with_name(f"{input_path.stem}_samples.csv")
+
+
+def _samples_beside_output(output_path: Path) -> Path | None:
+    name = output_path.name
+    return output_path.with_name(name[: -len("_out.csv")] + "_samples.csv") if name.endswith("_out.csv") else None
+
+
+def _stats_from_columns(values: Mapping[str, float | None], factor: float) -> TimeStats:
+    def time(name: str) -> float | None:
+        v = values.get(name)
+        return v * factor if v is not None and math.isfinite(v) and v >= 0 else None
+
+    reps = values.get("reps")
+    converged = values.get("converged")
+    return TimeStats(
+        median_ms=float(values["time"] or 0.0) * factor,
+        min_ms=time("min"),
+        max_ms=time("max"),
+        mean_ms=time("mean"),
+        std_ms=time("std"),
+        iqr_ms=time("iqr"),
+        reps=int(reps) if reps is not None and math.isfinite(reps) and reps >= 1 else None,
+        p10_ms=time("p10"),
+        p90_ms=time("p90"),
+        ci_low_ms=time("ci_low"),
+        ci_high_ms=time("ci_high"),
+        converged=None if converged is None or not math.isfinite(converged) else bool(converged),
+    )
+
+
+def _honest(stats: TimeStats, target_rel_ci: float | None, asked_reps: int | None) -> TimeStats:
+    """``stats`` judged against the target (where it carries an interval), with a note for whatever is
+    weaker than asked."""
+    stats = stats.judged(target_rel_ci)
+    if stats.reps is None:
+        stats = stats.with_note("repetitions not reported")
+    elif asked_reps is not None and stats.reps < asked_reps:
+        stats = stats.with_note(f"{stats.reps} repetitions, {asked_reps} asked")
+    if target_rel_ci is not None and stats.converged is None:
+        stats = stats.with_note("no confidence interval reported: convergence unknown")
+    return stats
+
+
+def read_samples(path: Path, expected_ids: Iterable[int] | None = None) -> tuple[dict[int, list[float]], list[str]]:
+    """The raw samples file (header ``id,<unit>``, one row per timed repetition) in milliseconds by id, and
+    one message per line that does not parse."""
+    samples: dict[int, list[float]] = {}
+    problems: list[str] = []
+    expected = set(expected_ids) if expected_ids is not None else None
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError) as err:
+        return {}, [f"{path}: cannot read the samples file: {err}"]
+    if not lines:
+        return {}, []
+    head = [f.strip().lower() for f in lines[0].split(",")]
+    if len(head) != 2 or head[0] != "id" or head[1] not in TIME_UNITS_TO_MS:
+        return {}, [f"{path}:1: expected the header 'id,<unit>' with a unit of {', '.join(TIME_UNITS_TO_MS)}"]
+    factor = TIME_UNITS_TO_MS[head[1]]
+    for lineno, line in enumerate(lines[1:], start=2):
+        if not line.strip():
+            continue
+        fields = line.split(",")
+        try:
+            if len(fields) != 2:
+                raise ValueError
+            op_id, value = int(fields[0]), float(fields[1])
+            if not math.isfinite(value) or value < 0:
+                raise ValueError
+        except ValueError:
+            problems.append(f"{path}:{lineno}: not 'id, time': {line[:200]!r}")
+            continue
+        if expected is None or op_id in expected:
+            samples.setdefault(op_id, []).append(value * factor)
+    return samples, problems
+
+
 def parse_output(
-    path: Path, expected_ids: Iterable[int] | None = None, max_bytes: int = MAX_OUTPUT_BYTES
+    path: Path,
+    expected_ids: Iterable[int] | None = None,
+    max_bytes: int = MAX_OUTPUT_BYTES,
+    *,
+    target_rel_ci: float | None = None,
+    asked_reps: int | None = None,
 ) -> ParsedOutput:
     """Parse ``<stem>_out.csv``. Rows that do not parse are reported, not fatal, so good rows survive.
+
+    Where the executable also wrote ``<stem>_samples.csv``, every statistic of an id is recomputed from its
+    samples (so that artifact reproduces the table). ``target_rel_ci`` judges convergence; ``asked_reps``
+    (the ``min_reps`` the program was given) marks rows with fewer repetitions.
 
     Raises :class:`ProtocolError` when the file as a whole is unusable (missing, too big, not text, empty).
     """
@@ -166,11 +276,12 @@ def parse_output(
             report(f"{where}: id {fields[0][:50]!r} is not an integer")
             continue
         try:
-            values = {name: _number(v) for name, v in zip(columns[1:], fields[1:], strict=True)}
+            values = {name: _optional(v) for name, v in zip(columns[1:], fields[1:], strict=True)}
+            values["time"] = _number(fields[1])
         except ValueError:
             report(f"{where}: id {op_id}: a time is not a number: {line[:200]!r}", op_id)
             continue
-        time_value = values["time"]
+        time_value = _number(fields[1])
         if not math.isfinite(time_value) or time_value <= 0:
             report(f"{where}: id {op_id}: time {fields[1][:50]!r} is not a finite positive number", op_id)
             continue
@@ -181,31 +292,76 @@ def parse_output(
             report(f"{where}: id {op_id} appears more than once (first at line {first_line[op_id]})", op_id)
             continue
         first_line[op_id] = lineno
-        median = time_value * factor
+        rows[op_id] = _stats_from_columns(values, factor)
+    samples_path = _samples_beside_output(path)
+    samples: dict[int, list[float]] = {}
+    if samples_path is not None and samples_path.is_file():
+        samples, sample_problems = read_samples(samples_path, rows)
+        problems.extend(sample_problems)
+        for op_id, taken in samples.items():
+            recomputed = TimeStats.from_samples(taken, target_rel_ci)
+            reported = rows[op_id].reps
+            if reported is not None and reported != len(taken):
+                recomputed = recomputed.with_note(f"{len(taken)} samples written, {reported} repetitions reported")
+            rows[op_id] = recomputed
+    else:
+        samples_path = None
+    rows = {op_id: _honest(stats, target_rel_ci, asked_reps) for op_id, stats in rows.items()}
+    return ParsedOutput(
+        unit=unit,
+        rows=rows,
+        problems=problems,
+        problems_by_id={k: tuple(v) for k, v in by_id.items()},
+        samples_path=samples_path,
+    )
 
-        def stat(name: str, fallback: float, value_map: dict[str, float] = values) -> float:
-            v = value_map.get(name)
-            return v * factor if v is not None and math.isfinite(v) and v >= 0 else fallback
 
-        reps_value = values.get("reps")
-        reps = int(reps_value) if reps_value is not None and math.isfinite(reps_value) else 1
-        rows[op_id] = TimeStats(
-            median_ms=median,
-            min_ms=stat("min", median),
-            max_ms=stat("max", median),
-            mean_ms=stat("mean", median),
-            std_ms=stat("std", 0.0),
-            iqr_ms=stat("iqr", 0.0),
-            reps=max(reps, 1),
-        )
-    return ParsedOutput(unit=unit, rows=rows, problems=problems, problems_by_id={k: tuple(v) for k, v in by_id.items()})
+def ids_written(path: Path) -> list[int]:
+    """The ids of the complete rows an executable has written to its output so far (while it runs)."""
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError:
+        return []
+    ids = []
+    for line in text.split("\n")[:-1]:  # the last piece is an unfinished row, or empty
+        head = line.partition(",")[0].strip()
+        if head.lstrip("-").isdigit():
+            ids.append(int(head))
+    return ids
+
+
+def output_header(unit: str = "ms") -> str:
+    """The header line of an output file with every statistic column (what the embedded backends write)."""
+    return ",".join(["id", unit, *OUTPUT_COLUMNS]) + "\n"
+
+
+def output_row(op_id: int, stats: TimeStats, unit: str = "ms") -> str:
+    """One output line for ``stats``; missing statistics are empty cells."""
+    factor = TIME_UNITS_TO_MS[unit]
+    cells = [str(op_id), repr(stats.median_ms / factor)]
+    for name in OUTPUT_COLUMNS:
+        value = getattr(stats, f"{name}_ms") if name in TIME_COLUMNS else getattr(stats, name)
+        if value is None:
+            cells.append("")
+        elif name in TIME_COLUMNS:
+            cells.append(repr(value / factor))
+        else:
+            cells.append(str(int(value)))
+    return ",".join(cells) + "\n"
+
+
+SAMPLES_HEADER = "id,ms\n"
+
+
+def samples_rows(op_id: int, samples_ms: Iterable[float]) -> str:
+    """The raw samples of one operation as lines of a samples file (7 significant digits: far below timer
+    noise, and half the size of exact floats)."""
+    return "".join(f"{op_id},{value:.7g}\n" for value in samples_ms)
 
 
 def write_output(path: Path, rows: Iterable[tuple[int, TimeStats]], unit: str = "ms") -> None:
     """Write an output file with the extended statistic columns (what the embedded backends produce)."""
-    factor = TIME_UNITS_TO_MS[unit]
     with path.open("w", encoding="utf-8") as handle:
-        handle.write(f"id,{unit},min,max,mean,std,iqr,reps\n")
-        for op_id, s in rows:
-            values = [s.median_ms, s.min_ms, s.max_ms, s.mean_ms, s.std_ms, s.iqr_ms]
-            handle.write(",".join([str(op_id), *(repr(v / factor) for v in values), str(s.reps)]) + "\n")
+        handle.write(output_header(unit))
+        for op_id, stats in rows:
+            handle.write(output_row(op_id, stats, unit))

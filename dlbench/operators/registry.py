@@ -13,8 +13,11 @@ from pathlib import Path
 from dlbench import CONF_DIR, PROJECT_ROOT
 from dlbench.config import RegistryEntry, TrainingEntry
 from dlbench.operators.align import Permutation, PermutationError, parse_param_descr
+from dlbench.operators.passes import check_passes
 
 PYTHON_ALIASES = ("python", "python3")
+#: A synonym that serves every op type (an executable that runs any ONNX node, given its node file).
+ANY_OP_TYPE = "*"
 
 
 class RegistryError(ValueError):
@@ -106,9 +109,12 @@ class OperatorBenchmark:
     devices: tuple[str, ...]
     source: Path
     description: str = ""
+    #: the passes one reported time covers (empty: the operation's own pass)
+    passes: tuple[str, ...] = ()
+    node_file: bool = False
 
     def serves(self, op_type: str) -> bool:
-        return op_type == self.name or op_type in self.synonyms
+        return op_type == self.name or op_type in self.synonyms or ANY_OP_TYPE in self.synonyms
 
     @property
     def unavailable_reason(self) -> str:
@@ -129,9 +135,15 @@ class OperatorBenchmark:
             raise RegistryError(f"{where}: field permutation: {err}") from err
         devices = entry.device if isinstance(entry.device, list | tuple) else [entry.device]
         try:
-            param_descr = tuple(parse_param_descr(entry.param_descr, f"{where}: field param_descr"))
+            # an executable that reads every operation from its node file may take no parameters at all
+            empty = entry.node_file and isinstance(entry.param_descr, list | tuple) and not entry.param_descr
+            param_descr = () if empty else tuple(parse_param_descr(entry.param_descr, f"{where}: field param_descr"))
         except ValueError as err:
             raise RegistryError(str(err)) from err
+        try:
+            passes = check_passes([str(p) for p in entry.passes], [entry.name, *entry.synonyms])
+        except ValueError as err:
+            raise RegistryError(f"{where}: field passes: {err}") from err
         return cls(
             name=entry.name,
             synonyms=tuple(entry.synonyms),
@@ -142,6 +154,8 @@ class OperatorBenchmark:
             devices=tuple(str(d) for d in devices),
             source=source,
             description=entry.description,
+            passes=passes,
+            node_file=bool(entry.node_file),
         )
 
 

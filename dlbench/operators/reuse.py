@@ -11,7 +11,7 @@ import logging
 import sqlite3
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import TypeVar
 
@@ -23,13 +23,15 @@ T = TypeVar("T")
 
 FILE_NAME = "dlbench_reuse.db"
 KEY_FIELDS = ("system_id", "implementation", "command", "device", "dtype", "threads", "settings", "version")
-STAT_FIELDS = ("median_ms", "min_ms", "max_ms", "mean_ms", "std_ms", "iqr_ms", "reps")
+#: Every field of TimeStats; a statistic the executable did not report stays NULL (missing, not invented).
+STAT_FIELDS = tuple(f.name for f in fields(TimeStats))
 _SCHEMA = f"""
-CREATE TABLE IF NOT EXISTS results (
+CREATE TABLE IF NOT EXISTS timings (
     {", ".join(f"{k} TEXT NOT NULL" for k in KEY_FIELDS)},
     op_type TEXT NOT NULL,
     params TEXT NOT NULL,
-    {", ".join(f"{s} REAL NOT NULL" for s in STAT_FIELDS)},
+    median_ms REAL NOT NULL,
+    {", ".join(f"{s}" for s in STAT_FIELDS if s != "median_ms")},
     cost_s REAL NOT NULL,
     measured_at REAL NOT NULL,
     run_id TEXT NOT NULL,
@@ -80,7 +82,7 @@ def costs(operations: Sequence[Operation], result: SweepResult, warmup: int) -> 
     for op in operations:
         m = result.measurements.get(op.id)
         if m is not None and m.ok and m.stats is not None:
-            weights[op.id] = (m.stats.reps + warmup) * m.stats.mean_ms
+            weights[op.id] = ((m.stats.reps or 1) + warmup) * (m.stats.mean_ms or m.stats.median_ms)
     total = sum(weights.values())
     if not weights:
         return {}
@@ -163,7 +165,7 @@ class ReuseStore:
         if not wanted:
             return {}
         where = " AND ".join(f"{k} = ?" for k in KEY_FIELDS)
-        query = f"SELECT op_type, params, {', '.join(STAT_FIELDS)}, cost_s, run_id FROM results WHERE {where}"
+        query = f"SELECT op_type, params, {', '.join(STAT_FIELDS)}, cost_s, run_id FROM timings WHERE {where}"
 
         def read(connection: sqlite3.Connection) -> list[tuple]:
             return connection.execute(query, key.values()).fetchall()
@@ -173,8 +175,12 @@ class ReuseStore:
             op_id = wanted.get((row[0], row[1]))
             if op_id is None:
                 continue
-            stats = TimeStats(*(float(v) for v in row[2:8]), reps=int(row[8]))
-            found[op_id] = Reused(stats=stats, cost_s=float(row[9]), run_id=str(row[10]))
+            values = dict(zip(STAT_FIELDS, row[2 : 2 + len(STAT_FIELDS)], strict=True))
+            values["reps"] = None if values["reps"] is None else int(values["reps"])
+            values["converged"] = None if values["converged"] is None else bool(values["converged"])
+            values["note"] = values["note"] or ""
+            stats = TimeStats(**values)
+            found[op_id] = Reused(stats=stats, cost_s=float(row[-2]), run_id=str(row[-1]))
         return found
 
     def record(
@@ -192,7 +198,7 @@ class ReuseStore:
             m = result.measurements.get(op.id)
             if m is None or not m.ok or m.stats is None:
                 continue
-            stats = m.stats.as_dict()
+            stats = {f: getattr(m.stats, f) for f in STAT_FIELDS}
             rows.append(
                 (
                     *key.values(),
@@ -211,7 +217,7 @@ class ReuseStore:
         def write(connection: sqlite3.Connection) -> int:
             connection.execute("BEGIN IMMEDIATE")
             try:
-                connection.executemany(f"INSERT OR REPLACE INTO results VALUES ({marks})", rows)
+                connection.executemany(f"INSERT OR REPLACE INTO timings VALUES ({marks})", rows)
                 connection.execute("COMMIT")
             except BaseException:
                 connection.execute("ROLLBACK")

@@ -9,11 +9,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlbench.config import DlbenchConfig
+from dlbench.core.cores import resolve_threads
+from dlbench.core.interference import InterferenceWatch
 from dlbench.core.process import ProcessResult, run_command
 from dlbench.core.settings import EXECUTABLE_SETTINGS, default, to_environment
 from dlbench.core.values import Measurement, Operation, SweepResult, TimeStats
-from dlbench.operators.align import AlignmentError, align_operation
-from dlbench.operators.protocol import ProtocolError, output_path_for, parse_output, write_input
+from dlbench.operators.align import AlignmentError, align_operation, misfit
+from dlbench.operators.node_file import nodes_path_for, write_nodes
+from dlbench.operators.protocol import (
+    ProtocolError,
+    ids_written,
+    output_path_for,
+    parse_output,
+    samples_path_for,
+    write_input,
+)
 from dlbench.operators.registry import OperatorBenchmark
 
 
@@ -25,6 +35,8 @@ class RunSettings:
     min_reps: int = int(default("min_reps"))
     max_reps: int = int(default("max_reps"))
     min_time_s: float = float(default("min_time_s"))
+    target_rel_ci: float = float(default("target_rel_ci"))
+    max_time_s: float = float(default("max_time_s"))
     threads: int = int(default("threads"))
     device: str = str(default("device"))
     dtype: str = str(default("dtype"))
@@ -46,11 +58,14 @@ class SweepFiles:
     input_csv: Path
     output_csv: Path
     stderr_txt: Path
+    samples_csv: Path | None = None
 
 
 def sweep_files(workdir: Path, stem: str) -> SweepFiles:
     input_csv = workdir / f"{stem}.csv"
-    return SweepFiles(input_csv, output_path_for(input_csv), workdir / f"{stem}_stderr.txt")
+    return SweepFiles(
+        input_csv, output_path_for(input_csv), workdir / f"{stem}_stderr.txt", samples_path_for(input_csv)
+    )
 
 
 def _stderr_lines_about(stderr: str, op_id: int) -> str:
@@ -80,25 +95,34 @@ def measure_operations(
     rows = []
     for op in operations:
         try:
-            rows.append((op.id, align_operation(op, benchmark.param_descr, benchmark.permutations, benchmark.name)))
+            values = align_operation(
+                op, benchmark.param_descr, benchmark.permutations, benchmark.name, benchmark.node_file
+            )
+            rows.append((op.id, values))
         except AlignmentError as err:
-            measurements[op.id] = Measurement(op.id, None, f"parameters do not fit: {err}")
+            measurements[op.id] = misfit(op.id, err)
     if not rows:
         return SweepResult(measurements, run_error="no operation could be aligned to param_descr"), files
     write_input(files.input_csv, rows)
+    if benchmark.node_file:  # the executable reads each operation's ONNX node beside the input
+        aligned = {op_id for op_id, _ in rows}
+        write_nodes(nodes_path_for(files.input_csv), [op for op in operations if op.id in aligned])
     files.output_csv.unlink(missing_ok=True)
     command = [*benchmark.command, str(files.input_csv)]
     interrupted = False
     start_error = ""
+    # what else the machine does while the benchmark runs (per run and per result row)
+    watch = InterferenceWatch(settings.threads, settings.device, lambda: ids_written(files.output_csv), benchmark.name)
     try:
-        process = run_command(
-            command,
-            timeout=settings.timeout_s,
-            env=settings.environment(),
-            cwd=workdir,
-            stderr_path=files.stderr_txt,
-            on_poll=on_poll,
-        )
+        with watch:
+            process = run_command(
+                command,
+                timeout=settings.timeout_s,
+                env=settings.environment(),
+                cwd=workdir,
+                stderr_path=files.stderr_txt,
+                on_poll=on_poll,
+            )
     except KeyboardInterrupt:  # also SIGTERM, see tracking.install_sigterm_handler
         interrupted = True
         stderr = files.stderr_txt.read_text(errors="replace") if files.stderr_txt.exists() else ""
@@ -117,7 +141,9 @@ def measure_operations(
     problems: list[str] = []
     problems_by_id: dict[int, list[str]] = {}
     try:
-        parsed = parse_output(files.output_csv, expected)
+        parsed = parse_output(
+            files.output_csv, expected, target_rel_ci=settings.target_rel_ci, asked_reps=settings.min_reps
+        )
         parsed_rows, problems = dict(parsed.rows), list(parsed.problems)
         problems_by_id = {k: list(v) for k, v in parsed.problems_by_id.items()}
     except ProtocolError as err:
@@ -148,6 +174,7 @@ def measure_operations(
             stderr=process.stderr,
             interrupted=interrupted,
             extra={"seconds": process.seconds},
+            interference=watch.report,
         ),
         files,
     )
@@ -160,7 +187,9 @@ def run_settings(cfg: DlbenchConfig, device: str) -> RunSettings:
         min_reps=m.min_reps,
         max_reps=m.max_reps,
         min_time_s=m.min_time_s,
-        threads=cfg.threads,
+        target_rel_ci=m.target_rel_ci,
+        max_time_s=m.max_time_s,
+        threads=resolve_threads(cfg.threads),  # 0: all physical cores, decided here so the run records it
         device=device,
         dtype=cfg.dtype,
         timeout_s=cfg.timeout,

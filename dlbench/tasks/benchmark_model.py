@@ -16,7 +16,7 @@ from typing import Any
 import pandas as pd
 
 from dlbench import __version__
-from dlbench.analysis.report import log_sweep, print_summary
+from dlbench.analysis.report import log_sweep, log_workload, print_summary
 from dlbench.analysis.results import summary_metrics, time_by_op_type
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
@@ -34,6 +34,7 @@ from dlbench.onnx.report import (
 )
 from dlbench.onnx.unfold import Unfolding, load_table, unfold_operations
 from dlbench.operators.measure import measure_with_progress, raise_for_result, sweep_params
+from dlbench.operators.passes import with_passes
 from dlbench.operators.plan import (
     Coverage,
     coverage_frame,
@@ -45,7 +46,7 @@ from dlbench.operators.plan import (
 from dlbench.operators.registry import OperatorBenchmark, load_registry
 from dlbench.operators.reuse import FILE_NAME, Reused, ReuseKey, ReuseStore, costs, operation_params
 from dlbench.operators.runner import run_settings
-from dlbench.tracking.runs import open_run
+from dlbench.tracking.runs import job_run_name, open_run
 from dlbench.tracking.store import resolve_tracking
 
 log = logging.getLogger(__name__)
@@ -190,14 +191,15 @@ def benchmark_model(
         "reuse": cfg.reuse,
     }
     model_tags = extraction_tags(extraction)
-    name = f"{extraction.model_name}-{cfg.backend}-bs{cfg.batch_size}-{device}"
+    name = job_run_name(cfg, extraction.model_name, [cfg.backend], device)
     with open_run(
         cfg, ctx, kind="model_benchmark", benchmark=extraction.model_name, name=name, params=params, tags=model_tags
     ) as parent:
         log_extraction(parent, ctx.output_dir, extraction, frame)
         parent.log_metrics(summary.metrics())
-        for entry, ops in plan.assignments:
-            run_name = f"{extraction.model_name}-{entry.name}-bs{cfg.batch_size}-{device}"
+        for entry, entry_ops in plan.assignments:
+            ops = with_passes(entry_ops, entry.passes, cfg.dtype)  # FLOPs of every pass one time covers
+            run_name = job_run_name(cfg, extraction.model_name, [entry.name], device)
             child_params = {
                 **sweep_params(cfg, entry, extraction.model_name, len(ops), device),
                 "op_type": ",".join(sorted({op.op_type for op in ops})),
@@ -209,6 +211,8 @@ def benchmark_model(
                     params=child_params, implementation=entry.name,
                     tags={**model_tags, EXTRACTION_RUN_TAG: parent.run_id}, parent_run_id=parent.run_id,
                 ) as child:  # fmt: skip
+                    op_types = "+".join(sorted({op.op_type.lower() for op in ops}))
+                    log_workload(child, ops, f"{extraction.model_name}-{op_types}", str(extraction.path))
                     key = reuse.key(cfg, entry, device)
                     found = reuse.lookup(key, list(ops))
                     to_measure = [op for op in ops if op.id not in found]
@@ -232,8 +236,8 @@ def benchmark_model(
                     child.log_table(results, "results.csv")
                     child.log_metrics({"operations_reused": float(len(found)),
                                        "operations_new": float(len(to_measure))})  # fmt: skip
-                    print_summary(results, run_name, child.run_id)
-                    model_total_ms += summary_metrics(results).get("network_total_ms", 0.0)
+                    print_summary(results, run_name, child.run_id, result)
+                    model_total_ms += summary_metrics(results).get("total_time_ms", 0.0)
                     measured.append(results)
                     reuse.reused += len(found)
                     reuse.measured += len(to_measure)

@@ -1,5 +1,7 @@
 """task=compare: tables and plots across runs, systems, implementations and batch sizes, logged as a run
-of its own (tag dlbench.kind=compare) so the comparison can itself be found and compared."""
+of its own (tag dlbench.kind=compare) so the comparison can itself be found and compared. Where a
+configuration was run more than once, the newest finished run stands for it; runs.csv lists the others
+(``superseded_by``)."""
 
 from __future__ import annotations
 
@@ -24,10 +26,12 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         artifact_reader,
         by_batch_size,
         compare_runs,
+        current,
         evaluation_table,
         evaluation_totals,
         implementations_side_by_side,
         run_totals,
+        training_totals,
     )
     from dlbench.analysis.plots import plot_implementations, plot_time_vs_batch
     from dlbench.tracking.runs import open_run, run_place
@@ -49,12 +53,14 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         )
     out_dir = ctx.output_dir / "compare"
     out_dir.mkdir(parents=True, exist_ok=True)
+    used = current(runs)
     tables = {
         "runs.csv": runs,
         "operations.csv": comparison.operations,
         "by_batch_size.csv": by_batch_size(comparison.operations),
         "implementations.csv": implementations_side_by_side(comparison.operations),
-        "evaluations.csv": evaluation_table(runs),
+        "evaluations.csv": evaluation_table(used),
+        "training.csv": training_totals(used),
         "problems.csv": comparison.problems_frame(),
     }
     params = {
@@ -62,7 +68,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         "filter": settings.filter,
         "kinds": ",".join(settings.kinds),
         "benchmarks": ",".join(settings.benchmarks),
-        "runs_compared": len(runs),
+        "runs_compared": len(used),
     }
     compared = {"dlbench.compared_runs": ",".join(runs["run_id"])[:5000]}
     name = f"compare-{len(runs)}-runs"
@@ -74,8 +80,21 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
                 run.log_artifact(path, "tables")
         figures = 0
         batch_plots = (
-            (run_totals(runs), "total_ms", "sum of median x count", "time_vs_batch"),
-            (evaluation_totals(runs), "step_ms", "training step, predicted and measured", "step_time_vs_batch"),
+            (run_totals(used), "total_time_ms", "total time (sum of median x occurrences)", "time_vs_batch"),
+            (
+                run_totals(used),
+                "time_per_sample_ms",
+                "time per sample (total / batch size)",
+                "time_per_sample_vs_batch",
+            ),
+            (
+                evaluation_totals(used),
+                "step_ms",
+                "evaluation: training step, predicted and measured",
+                "step_time_vs_batch",
+            ),
+            (tables["training.csv"], "step_time_ms", "training step time (median)", "training_step_time_vs_batch"),
+            (tables["training.csv"], "samples_per_s", "training samples/s (median)", "training_samples_per_s_vs_batch"),
         )
         for frame, value, what, file_name in batch_plots:
             for benchmark, sub in frame.groupby("benchmark"):
@@ -87,19 +106,20 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
                 figures += 1
         side = tables["implementations.csv"]
         if not side.empty:
-            impl_columns = [c for c in side.columns if c not in ("benchmark", "system", "batch_size", "dtype", "id")
-                            and "_over_" not in c]  # fmt: skip
+            impl_columns = [c for c in side.columns if c not in ("benchmark", "system", "batch_size", "dtype", "id",
+                            "key") and "_over_" not in c]  # fmt: skip
             for (benchmark, batch), sub in side.groupby(["benchmark", "batch_size"]):
                 if figures >= MAX_FIGURES:
                     break
-                frame = sub.set_index("id")[impl_columns]
+                frame = sub.set_index("key")[impl_columns]
                 fig = plot_implementations(frame, f"{benchmark} bs{int(batch)}: implementations")
                 run.log_figure(fig, f"plots/{benchmark}_bs{int(batch)}_implementations.png")
                 plt.close(fig)
                 figures += 1
         run.log_metrics(
-            {"runs_compared": float(len(runs)), "problems": float(len(comparison.problems)), "figures": float(figures)}
-        )
+            {"runs_compared": float(len(used)), "runs_superseded": float(len(runs) - len(used)),
+             "problems": float(len(comparison.problems)), "figures": float(figures)}
+        )  # fmt: skip
         print_comparison(run.run_name, run.run_id, runs, tables, comparison.problems, out_dir)
     return 0
 
@@ -107,12 +127,17 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
 def print_comparison(
     run_name: str, run_id: str, runs: pd.DataFrame, tables: dict, problems: list, out_dir: Path
 ) -> None:
-    wanted = ("kind", "benchmark", "implementation", "system", "batch_size", "total_ms", "step_time_predicted_ms",
-              "step_time_measured_ms", "bandwidth_gbs")  # fmt: skip
+    wanted = ("kind", "benchmark", "implementation", "system", "batch_size", "total_time_ms", "time_per_sample_ms",
+              "step_time_s_median", "samples_per_s_median", "step_time_predicted_ms", "step_time_measured_ms",
+              "bandwidth_gbs", "repeats")  # fmt: skip
     shown = [c for c in wanted if c in runs.columns]
+    superseded = int((runs["superseded_by"] != "").sum())
     with pd.option_context("display.width", 200, "display.max_rows", 60, "display.max_colwidth", 40):
         print(f"\n{run_name} (MLflow run {run_id}): {len(runs)} runs; tables in {out_dir}")
-        print(runs[shown].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        if superseded:
+            print(f"{superseded} run(s) repeat a configuration: the newest finished run of each is compared "
+                  "(runs.csv: superseded_by)")  # fmt: skip
+        print(runs.loc[runs["superseded_by"] == "", shown].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
         side = tables["implementations.csv"]
         if not side.empty:
             print("\nimplementations side by side (median ms):")

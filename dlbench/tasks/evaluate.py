@@ -28,6 +28,7 @@ from dlbench.analysis.predict import (
     prediction_metrics,
     prediction_terms,
 )
+from dlbench.analysis.report import log_workload
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.descriptors import DTYPE_BYTES, operation_cost
@@ -43,7 +44,7 @@ from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import model_coverage, plan_benchmarks
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
-from dlbench.tracking.runs import open_run
+from dlbench.tracking.runs import job_run_name, open_run
 from dlbench.training.facts import effective_params
 from dlbench.training.profile import BATCHES_FILE
 from dlbench.training.scripts import (
@@ -97,9 +98,11 @@ def measure_step(cfg: DlbenchConfig, ctx: AppContext, operations, device: str, r
         for op in ops:
             measurements[op.id] = result.measurements[op.id]
             implementations[op.id] = entry.name
-        for path in (files.input_csv, files.output_csv, files.stderr_txt):
-            if path.exists():
+        for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
+            if path is not None and path.exists():
                 run.log_artifact(path, "protocol")
+        if result.interference is not None and result.interference.noisy:  # any noisy benchmark: a noisy run
+            run.set_tags({"dlbench.noisy": "true", "dlbench.noisy_reason": result.interference.reason})
         if result.interrupted:
             raise KeyboardInterrupt(f"{entry.name} was interrupted")
     return measurements, implementations, plan
@@ -119,9 +122,11 @@ def measure_framework(cfg: DlbenchConfig, ctx: AppContext, registry: Registry, d
     result, files = measure_with_progress(
         entries[0], operations, run_settings(cfg, device), ctx.output_dir / "protocol", "framework", cfg.quiet
     )
-    for path in (files.input_csv, files.output_csv, files.stderr_txt):
-        if path.exists():
+    for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
+        if path is not None and path.exists():
             run.log_artifact(path, "protocol")
+    if result.interference is not None and result.interference.noisy:
+        run.set_tags({"dlbench.noisy": "true", "dlbench.noisy_reason": result.interference.reason})
     if result.interrupted:
         raise KeyboardInterrupt(f"{entries[0].name} was interrupted")
     return {
@@ -180,7 +185,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             load_start,
             os.cpu_count() or 1,
         )
-    name = f"evaluate-{bench.name}-{cfg.backend}-bs{cfg.batch_size}-{device}"
+    name = job_run_name(cfg, bench.name, ["eval", cfg.backend], device)
     params = evaluation_params(cfg, entry, device, table, unfold_table)
     with open_run(cfg, ctx, kind="evaluation", benchmark=bench.name, name=name, params=params) as run:
         log.info("training %s (profiling %d batches after %d)", entry.name, cfg.profile.batches, cfg.profile.warmup)
@@ -206,6 +211,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         facts = graph_facts(trained.model_path, batch_size).with_inferred_outputs(extraction.nodes)
         step = training_step(forward, unfolding, facts, table.training, DTYPE_BYTES.get(cfg.dtype, 4))
         run.set_tags({"dlbench.model_sha256": extraction.sha256})
+        log_workload(run, step.operations, f"{bench.name}-training-step", str(trained.model_path))
         run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations)})
         measurements, implementations, plan = measure_step(cfg, ctx, step.operations, device, run)
 

@@ -5,19 +5,21 @@ from __future__ import annotations
 
 import logging
 
-from dlbench.analysis.report import log_sweep, print_summary
+from dlbench.analysis.report import log_sweep, log_workload, print_summary
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.device import resolve_device
 from dlbench.core.errors import TaskFailed
 from dlbench.core.values import SweepResult
 from dlbench.operators.measure import measure_with_progress, operations_digest, raise_for_result, sweep_params
+from dlbench.operators.passes import with_passes
 from dlbench.operators.plan import select_implementations
 from dlbench.operators.registry import load_registry
 from dlbench.operators.runner import run_settings
 from dlbench.operators.workload import operations_from_benchmark
 from dlbench.tracking.resume import find_resume_point
-from dlbench.tracking.runs import open_run, run_place
+from dlbench.tracking.runs import job_run_name, open_run, run_place
+from dlbench.tracking.ui import run_link
 
 log = logging.getLogger(__name__)
 
@@ -29,7 +31,8 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     registry = load_registry(ctx.config_dirs)
     implementations = select_implementations(registry, bench.op_type, cfg.backend, device)
     operations = operations_from_benchmark(bench, cfg.dtype)
-    target = run_place(cfg, ctx).target
+    place = run_place(cfg, ctx)
+    target = place.target
     settings = run_settings(cfg, device)
     failures: list[str] = []
     for entry in implementations:
@@ -39,13 +42,13 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             log.error("%s is not available: %s", entry.name, reason)
             continue
         params = sweep_params(cfg, entry, bench.name, len(operations), device)
-        params["operations_sha1"] = operations_digest(entry, operations)
-        tags: dict[str, str] = {}
+        # a tag, not a param: a hash among the params is what MLflow's compare page would plot first
+        tags = {"dlbench.operations_sha1": operations_digest(entry, operations)}
         workdir = ctx.output_dir / "protocol"
-        resume = find_resume_point(target, params) if cfg.resume else None
-        todo = list(operations)
+        resume = find_resume_point(target, params, tags["dlbench.operations_sha1"]) if cfg.resume else None
+        todo = with_passes(operations, entry.passes, cfg.dtype)  # FLOPs of every pass one time covers
         if resume is not None:
-            todo = [op for op in operations if op.id not in resume.done_ids]
+            todo = [op for op in todo if op.id not in resume.done_ids]
             tags["dlbench.resumed_from"] = resume.run_id
             log.info(
                 "resuming %s run %s: %d of %d operations measured there, %d to measure",
@@ -58,12 +61,13 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         elif cfg.resume:
             log.info("resume=true: no earlier run of this sweep in %s; measuring everything", target.experiment)
         log.info("measuring %d %s operations with %s", len(todo), bench.op_type, entry.name)
-        name = f"{bench.name}-{entry.name}-bs{cfg.batch_size}-{device}"
+        name = job_run_name(cfg, bench.name, [entry.name], device)
         try:
             with open_run(
                 cfg, ctx, kind="operator_sweep", benchmark=bench.name, name=name, params=params,
                 implementation=entry.name, tags=tags,
             ) as tracked:  # fmt: skip
+                log_workload(tracked, operations, workload_name(bench), benchmark_source(ctx, bench.name))
                 if todo:
                     result, files = measure_with_progress(
                         entry, todo, settings, workdir, f"{entry.name}_{bench.name}", cfg.quiet
@@ -74,7 +78,10 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
                 frame = log_sweep(tracked, cfg, todo, result, files, tracked.run_name, kept=kept)
                 if resume is not None:
                     tracked.log_metrics({"operations_resumed": float(len(operations) - len(todo))})
-                print_summary(frame, tracked.run_name, tracked.run_id)
+                print_summary(
+                    frame, tracked.run_name, tracked.run_id, result,
+                    run_link(target, place.experiment_id, tracked.run_id),
+                )  # fmt: skip
                 raise_for_result(entry.name, result, f"{len(frame[frame.status == 'ok'])} operations were kept")
         except TaskFailed as err:
             failures.append(str(err))
@@ -82,3 +89,18 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     if failures:
         raise TaskFailed("\n".join(failures))
     return 0
+
+
+def workload_name(bench) -> str:
+    """The dataset name of a configured benchmark: ``<model>-<benchmark>`` (``resnet50-conv``) where the
+    benchmark names its model, else the benchmark's name."""
+    return f"{bench.model_name}-{bench.name}" if bench.model_name else bench.name
+
+
+def benchmark_source(ctx: AppContext, name: str) -> str:
+    """The YAML file the benchmark came from (first on the config path), for the dataset's source."""
+    for directory in reversed(ctx.config_dirs):  # a user's --config-dir overrides the shipped files
+        path = directory / "benchmark" / f"{name}.yaml"
+        if path.is_file():
+            return str(path)
+    return f"benchmark/{name}.yaml"

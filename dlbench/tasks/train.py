@@ -12,13 +12,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 from dlbench import PROJECT_ROOT
+from dlbench.analysis.report import NOTE_TAG, training_note
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.errors import TaskFailed
 from dlbench.core.process import run_command
 from dlbench.core.progress import progress
 from dlbench.operators.registry import TrainingBenchmark, command_availability, load_registry
-from dlbench.tracking.runs import open_run, run_place
+from dlbench.tracking.runs import job_run_name, open_run, run_place
+from dlbench.tracking.ui import run_link
 from dlbench.training.instrument import ENV_BATCHES, ENV_DIR, ENV_PROGRESS, ENV_WARMUP
 from dlbench.training.profile import SUMMARY_FILE
 from dlbench.training.scripts import training_entry
@@ -66,8 +68,9 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     assert cfg.benchmark is not None
     bench = cfg.benchmark
     entry, arguments = training_entry(cfg, load_registry(ctx.config_dirs))
-    experiment_id = run_place(cfg, ctx).experiment_id
-    name = f"{bench.name}-bs{cfg.batch_size}-{cfg.device}"
+    place = run_place(cfg, ctx)
+    experiment_id = place.experiment_id
+    name = job_run_name(cfg, bench.name, ["train"])
     params = training_params(cfg, entry, arguments)
     workdir = ctx.output_dir / "training" / bench.name
     profile_dir = workdir / "profile"
@@ -116,9 +119,11 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         if problem:
             tail = "\n".join(result.stderr.strip().splitlines()[-15:])
             raise TaskFailed(f"training benchmark {entry.name}: {problem}" + (f"\n{tail}" if tail else ""))
+        run.set_tags({NOTE_TAG: training_note(run.run_name, run.data().metrics)})
         if not cfg.quiet:
             print(result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "")
         print(f"{run.run_name}: MLflow run {run.run_id}, profile in {profile_dir}")
+        print(f"in the MLflow UI: {run_link(place.target, experiment_id, run.run_id)}")
     return 0
 
 

@@ -11,7 +11,9 @@ import pandas as pd
 
 log = logging.getLogger(__name__)
 
-RESUME_KEYS = ("benchmark", "implementation", "batch_size", "dtype", "device", "threads", "operations_sha1")
+RESUME_KEYS = ("benchmark", "implementation", "batch_size", "dtype", "device", "threads")
+#: the fingerprint of the operations (``dlbench.operators.measure.operations_digest``)
+DIGEST_TAG = "dlbench.operations_sha1"
 
 
 @dataclass(frozen=True)
@@ -31,12 +33,13 @@ def _quoted(value: object) -> str:
     return "'" + str(value).replace("\\", "\\\\").replace("'", "\\'") + "'"
 
 
-def find_resume_point(target, params: dict) -> ResumePoint | None:
+def find_resume_point(target, params: dict, digest: str) -> ResumePoint | None:
     """The latest run in the experiment with the same benchmark, implementation, batch size, dtype, device,
-    threads and operations, and the operations it measured successfully; None when there is none."""
+    threads and operations (``digest``), and the operations it measured successfully; None when there is none."""
     from dlbench.tracking.store import download_artifact, search_runs
 
     conditions = [f"params.{key} = {_quoted(params[key])}" for key in RESUME_KEYS]
+    conditions.append(f"tags.`{DIGEST_TAG}` = {_quoted(digest)}")
     conditions.append("tags.`dlbench.kind` = 'operator_sweep'")
     runs = search_runs(target, " and ".join(conditions), max_results=1)
     if runs.empty:

@@ -3,6 +3,8 @@ KILLED), batches what it logs under MLflow's per-call limits, and keeps what was
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import tempfile
 import time
@@ -12,6 +14,7 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
+from dlbench.tracking.naming import round_significant
 from dlbench.tracking.secrets import redact, scrub
 from dlbench.tracking.store import TrackingTarget, mlflow_client, prepare_store, resolve_tracking, with_retry
 
@@ -36,7 +39,8 @@ class TrackedRun:
     as ``error.txt``; the exception propagates. ``attach`` joins an existing run without ending it.
 
     A run it creates carries the tag ``dlbench.run_id`` and, when ``config_yaml`` is given, the resolved
-    configuration as ``config.yaml``."""
+    configuration as ``config.yaml``. With ``system_metrics_s`` > 0, MLflow's system-metrics monitor samples
+    CPU, memory (and GPU where present) every that many seconds while the run is open."""
 
     def __init__(
         self,
@@ -48,6 +52,7 @@ class TrackedRun:
         run_id: str | None = None,
         experiment_id: str | None = None,
         config_yaml: str = "",
+        system_metrics_s: float = 0.0,
     ) -> None:
         self.target = target
         self.run_name = run_name
@@ -60,6 +65,8 @@ class TrackedRun:
         self._config_yaml = config_yaml
         self.client: Any = None
         self.status = "RUNNING"
+        self._system_metrics_s = system_metrics_s
+        self._monitor: Any = None
 
     @classmethod
     def attach(cls, target: TrackingTarget, run_id: str) -> TrackedRun:
@@ -70,6 +77,8 @@ class TrackedRun:
     def __enter__(self) -> TrackedRun:
         self.client = mlflow_client(self.target)
         if self._owns:
+            if self._system_metrics_s > 0:
+                _prime_cpu_percent()
             experiment_id = self._experiment_id or prepare_store(self.target)
             tags = {k: _param_text(v) for k, v in redact(self._tags).items()}
             if self.parent_run_id:
@@ -82,9 +91,15 @@ class TrackedRun:
             self.set_tags({"dlbench.run_id": self.run_id})
             if self._config_yaml:
                 self.log_text(self._config_yaml, "config.yaml")
+            if self._system_metrics_s > 0:
+                self._monitor = start_system_metrics(self.target, self.run_id, self._system_metrics_s)
         if self._params:
             self.log_params(self._params)
         return self
+
+    def start(self) -> TrackedRun:
+        """Open the run outside a ``with`` block (end it with :meth:`end`)."""
+        return self.__enter__()
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if exc_type is None:
@@ -103,6 +118,12 @@ class TrackedRun:
             self.end(status)
 
     def end(self, status: str = "FINISHED") -> None:
+        if self._monitor is not None:
+            monitor, self._monitor = self._monitor, None
+            try:
+                monitor.finish()
+            except Exception:  # noqa: S110 - system metrics are an extra; the run's status is what counts
+                pass
         self.status = status
         with_retry(lambda: self.client.set_terminated(self.run_id, status=status), "end run")
 
@@ -129,10 +150,11 @@ class TrackedRun:
         self.log_metric_records([(name, float(v), int(s)) for v, s in zip(values, steps, strict=True)])
 
     def log_metric_records(self, records: Iterable[tuple[str, float, int]]) -> None:
+        """Metrics (name, value, step), NaN left out, values rounded to the significant digits a timing has."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [Metric(name, value, now, step) for name, value, step in records if value == value]
+        items = [Metric(name, round_significant(value), now, step) for name, value, step in records if value == value]
         for chunk in _chunks(items, MAX_METRICS):
             with_retry(lambda c=chunk: self.client.log_batch(self.run_id, metrics=c), "log metrics")
 
@@ -153,6 +175,56 @@ class TrackedRun:
 
     def log_figure(self, figure: Any, artifact_file: str) -> None:
         with_retry(lambda: self.client.log_figure(self.run_id, figure, artifact_file), "log figure")
+
+    def log_dataset(self, frame: pd.DataFrame, name: str, digest: str, source: str, context: str = "benchmark") -> None:
+        """``frame`` (what the run measured) as the run's dataset input, so the UI's "Dataset" column names
+        the workload and runs on the same one can be grouped; ``source`` is the file it came from."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        dataset = Dataset(
+            name=name,
+            digest=digest,
+            source_type="local",
+            source=json.dumps({"uri": scrub(source)}),
+            schema=json.dumps({"mlflow_colspec": [_column_spec(c, frame[c]) for c in frame.columns]}),
+            profile=json.dumps({"num_rows": len(frame), "num_elements": int(frame.size)}),
+        )
+        entity = DatasetInput(dataset, tags=[InputTag("mlflow.data.context", context)])
+        with_retry(lambda: self.client.log_inputs(self.run_id, datasets=[entity]), "log dataset")
+
+    def data(self) -> Any:
+        """The run as MLflow has it now (``.data.metrics``, ``.data.params``, ``.data.tags``)."""
+        return with_retry(lambda: self.client.get_run(self.run_id), "read run").data
+
+
+def _column_spec(name: object, column: pd.Series) -> dict[str, object]:
+    """A column in MLflow's schema notation (what the UI's dataset panel lists)."""
+    kinds = {"i": "long", "u": "long", "f": "double", "b": "boolean"}
+    return {"type": kinds.get(column.dtype.kind, "string"), "name": str(name), "required": not column.isna().any()}
+
+
+def _prime_cpu_percent() -> None:
+    """psutil's CPU utilisation is measured since its previous call: make that the run's start, not boot."""
+    try:
+        import psutil
+
+        psutil.cpu_percent()
+    except Exception:  # noqa: BLE001, S110 - only the first sample is affected
+        pass
+
+
+def start_system_metrics(target: TrackingTarget, run_id: str, interval_s: float) -> Any:
+    """MLflow's system-metrics monitor for ``run_id`` (``system/cpu_utilization_percentage``, memory, disk,
+    network, GPU where present), or None where it cannot start; it stops when the run ends."""
+    try:
+        from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+        logging.getLogger("mlflow.system_metrics").setLevel(logging.WARNING)  # not "Started monitoring" per run
+        monitor = SystemMetricsMonitor(run_id, sampling_interval=interval_s, tracking_uri=target.uri)
+        monitor.start()
+        return monitor
+    except Exception:  # noqa: BLE001 - a missing optional piece (e.g. no psutil) must not stop a measurement
+        return None
 
 
 def attach_run_from_env() -> TrackedRun | None:

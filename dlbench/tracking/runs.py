@@ -1,17 +1,22 @@
 """The one way a task opens a run: the configured tracking target (store prepared once per process), the run
-name, and the tags every dlbench run carries (system, kind, benchmark, implementation, sweep and job)."""
+name, and the tags every dlbench run carries (system, kind, benchmark, implementation, sweep and job, the
+command as the run's source)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
+from dlbench.tracking.naming import dlbench_command, run_name, user_name
 from dlbench.tracking.run import TrackedRun
 from dlbench.tracking.store import TrackingTarget, prepare_store, resolve_tracking
+from dlbench.tracking.ui import publish_view
 
 _PREPARED: dict[TrackingTarget, str] = {}
+#: Kinds of run that measure while open: MLflow's system metrics say whether the machine was busy meanwhile
+MONITORED_KINDS = frozenset({"operator_sweep", "training", "evaluation", "model_benchmark"})
 
 
 @dataclass(frozen=True)
@@ -27,7 +32,14 @@ def run_place(cfg: DlbenchConfig, ctx: AppContext) -> RunPlace:
     target = resolve_tracking(cfg.mlflow.tracking_uri, cfg.mlflow.experiment, ctx.start_dir)
     if target not in _PREPARED:
         _PREPARED[target] = prepare_store(target, cfg.mlflow.connect_timeout_s)
+        publish_view(target, _PREPARED[target])
     return RunPlace(target, _PREPARED[target])
+
+
+def job_run_name(cfg: DlbenchConfig, benchmark: str, parts: Sequence[str] = (), device: str = "") -> str:
+    """A run name that fits the run list: benchmark, ``parts`` (implementation, ...), batch size, dtype,
+    the device where it is not the CPU, and the short host name."""
+    return run_name(benchmark, parts, cfg.batch_size, cfg.dtype, device or cfg.device)
 
 
 def run_tags(ctx: AppContext, kind: str, benchmark: str, implementation: str = "") -> dict[str, str]:
@@ -43,6 +55,10 @@ def run_tags(ctx: AppContext, kind: str, benchmark: str, implementation: str = "
         tags["dlbench.job"] = ctx.job
     if ctx.overrides:
         tags["dlbench.overrides"] = " ".join(ctx.overrides)
+    tags["mlflow.source.name"] = dlbench_command(ctx.overrides)  # the UI's "Source" column
+    tags["mlflow.source.type"] = "LOCAL"
+    if user_name():
+        tags.setdefault("mlflow.user", user_name())
     return tags
 
 
@@ -63,13 +79,14 @@ def open_run(
     ``name`` is the default run name; ``mlflow.run_name`` replaces it for a top-level run (children of
     ``parent_run_id`` keep theirs, so they stay apart). The resolved configuration is logged with it."""
     place = run_place(cfg, ctx)
-    run_name = name if parent_run_id else (cfg.mlflow.run_name or name)
+    monitored = kind in MONITORED_KINDS and parent_run_id is None  # one monitor per process is enough
     return TrackedRun(
         place.target,
-        run_name,
+        name if parent_run_id else (cfg.mlflow.run_name or name),
         params,
         {**run_tags(ctx, kind, benchmark, implementation), **(tags or {})},
         parent_run_id=parent_run_id,
         experiment_id=place.experiment_id,
         config_yaml=ctx.config_yaml,
+        system_metrics_s=cfg.mlflow.system_metrics_interval_s if monitored else 0.0,
     )

@@ -18,6 +18,8 @@ from typing import Any, TypeVar
 import pandas as pd
 
 DEFAULT_EXPERIMENT = "dlbench"
+#: The experiment tag MLflow 3's UI reads for an experiment's kind: runs and metrics, not GenAI traces
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 
 T = TypeVar("T")
 
@@ -122,9 +124,11 @@ def prepare_store(target: TrackingTarget, timeout_s: float = 10.0) -> str:
         if found is not None:
             if found.lifecycle_stage == "deleted":
                 client.restore_experiment(found.experiment_id)
+            if EXPERIMENT_KIND_TAG not in found.tags:  # a kind the user chose stays
+                client.set_experiment_tag(found.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
             return found.experiment_id
         try:
-            return client.create_experiment(target.experiment)
+            return client.create_experiment(target.experiment, tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND})
         except Exception:
             found = client.get_experiment_by_name(target.experiment)  # another job created it first
             if found is None:

@@ -69,6 +69,7 @@ def hardware_tags() -> dict[str, str]:
         "python.version": platform.python_version(),
         "torch.version": _package_version("torch"),
         "mlflow.version": _package_version("mlflow"),
+        "onnxruntime.version": _package_version("onnxruntime") or _package_version("onnxruntime-gpu"),
         "dlbench.version": __version__,
         "dlbench.git_commit": _git_commit(),
     }

@@ -10,6 +10,7 @@
 #include <iomanip>
 #include <iostream>
 #include <limits>
+#include <optional>
 #include <sstream>
 
 namespace dlbench {
@@ -77,13 +78,26 @@ std::vector<std::string> split(const std::string &line) {
     return fields;
 }
 
+const char *kOutputHeader = "id,ms,min,max,mean,std,iqr,reps,p10,p90,ci_low,ci_high,converged\n";
+
+// An optional statistic as a cell: empty when unknown (never a made-up 0).
+std::string cell(const std::optional<double> &value, std::ostream &format) {
+    if (!value) return "";
+    std::ostringstream text;
+    text.copyfmt(format);
+    text << *value;
+    return text.str();
+}
+
 void print_usage(const KernelSpec &spec) {
     std::cerr << "usage: " << spec.name << " [--verify] [input.csv]\n"
               << "  input rows: id";
     for (const auto &name : spec.param_names)
         std::cerr << "," << name;
-    std::cerr << "\n  output: <input stem>_out.csv with id,ms,min,max,mean,std,iqr,reps\n"
+    std::cerr << "\n  output: <input stem>_out.csv with " << kOutputHeader
+              << "         <input stem>_samples.csv with id,ms per timed repetition\n"
               << "  settings: DLBENCH_WARMUP, DLBENCH_MIN_REPS, DLBENCH_MAX_REPS, DLBENCH_MIN_TIME_S,\n"
+              << "            DLBENCH_TARGET_REL_CI, DLBENCH_MAX_TIME_S,\n"
               << "            DLBENCH_THREADS, DLBENCH_DEVICE, DLBENCH_DTYPE, DLBENCH_VERIFY=1,\n"
               << "            DLBENCH_OP_BUDGET_S, DLBENCH_MEMORY_FRACTION\n";
 }
@@ -99,6 +113,11 @@ Settings Settings::from_env() {
         throw FatalError(kExitUsage, "DLBENCH_MAX_REPS (" + std::to_string(s.max_reps) +
                                          ") is below DLBENCH_MIN_REPS (" + std::to_string(s.min_reps) + ")");
     s.min_time_s = env_real("DLBENCH_MIN_TIME_S", s.min_time_s);
+    s.target_rel_ci = env_real("DLBENCH_TARGET_REL_CI", s.target_rel_ci);
+    if (!(s.target_rel_ci > 0.0 && s.target_rel_ci <= 1.0))
+        throw FatalError(kExitUsage, "DLBENCH_TARGET_REL_CI=" + std::to_string(s.target_rel_ci) +
+                                         " must be a fraction in (0, 1]");
+    s.max_time_s = env_real("DLBENCH_MAX_TIME_S", s.max_time_s);
     s.threads = static_cast<int>(env_integer("DLBENCH_THREADS", s.threads, 0));
     s.op_budget_s = env_real("DLBENCH_OP_BUDGET_S", s.op_budget_s);
     s.memory_fraction = env_real("DLBENCH_MEMORY_FRACTION", s.memory_fraction);
@@ -190,6 +209,11 @@ std::string output_path_for(const std::string &input_path) {
     return dir + stem + "_out.csv";
 }
 
+std::string samples_path_for(const std::string &input_path) {
+    std::string out = output_path_for(input_path);
+    return out.substr(0, out.size() - std::string("_out.csv").size()) + "_samples.csv";
+}
+
 Params::Params(const std::vector<std::string> &names, const std::vector<double> &values, long long id)
     : names_(names), values_(values), id_(id) {}
 
@@ -262,8 +286,14 @@ int run_benchmark_main(int argc, char **argv, const KernelSpec &spec) {
         if (!out)
             throw FatalError(kExitInputUnreadable,
                              "cannot write output file '" + output_path + "': " + std::strerror(errno));
-        out << "id,ms,min,max,mean,std,iqr,reps\n" << std::flush;
+        std::string samples_path = samples_path_for(input_path);
+        std::ofstream samples_out(samples_path);
+        if (!samples_out)
+            throw FatalError(kExitInputUnreadable,
+                             "cannot write samples file '" + samples_path + "': " + std::strerror(errno));
+        out << kOutputHeader << std::flush;
         out << std::setprecision(std::numeric_limits<double>::max_digits10);
+        samples_out << "id,ms\n" << std::setprecision(7); // far below timer noise, half the size
         for (const auto &row : rows) {
             try {
                 if (row.values.size() != spec.param_names.size())
@@ -275,9 +305,15 @@ int run_benchmark_main(int argc, char **argv, const KernelSpec &spec) {
                     std::cerr << spec.name << ": id " << row.id << ": time budget of " << settings.op_budget_s
                               << " s spent after " << s.reps << " repetitions (min_reps " << settings.min_reps
                               << "); the measurement is kept\n";
-                // Flushed per row so the rows finished before a timeout survive.
+                // Flushed per row so the rows finished before a timeout survive; samples first, so a row
+                // that is read always has its samples.
+                for (double sample : s.samples_ms)
+                    samples_out << row.id << "," << sample << "\n";
+                samples_out << std::flush;
                 out << row.id << "," << s.median_ms << "," << s.min_ms << "," << s.max_ms << "," << s.mean_ms
-                    << "," << s.std_ms << "," << s.iqr_ms << "," << s.reps << "\n"
+                    << "," << cell(s.std_ms, out) << "," << cell(s.iqr_ms, out) << "," << s.reps << ","
+                    << cell(s.p10_ms, out) << "," << cell(s.p90_ms, out) << "," << cell(s.ci_low_ms, out) << ","
+                    << cell(s.ci_high_ms, out) << "," << (s.ci_low_ms ? (s.converged ? "1" : "0") : "") << "\n"
                     << std::flush;
             } catch (const FatalError &) {
                 throw;

@@ -1,5 +1,7 @@
 // The dlbench executable protocol for native benchmarks: settings from DLBENCH_* variables, input rows
-// `id,p1,p2,...`, output `<stem>_out.csv` with `id,ms,min,max,mean,std,iqr,reps`, per-row error reports.
+// `id,p1,p2,...`, output `<stem>_out.csv` with `id,ms,min,max,mean,std,iqr,reps,p10,p90,ci_low,ci_high,
+// converged` (empty cells where a statistic is unknown), the raw samples in `<stem>_samples.csv`
+// (`id,ms`, one row per repetition), per-row error reports.
 #pragma once
 
 #include "error.hpp"
@@ -17,6 +19,8 @@ struct Settings {
     int min_reps = 10;
     int max_reps = 1000;
     double min_time_s = 0.2;
+    double target_rel_ci = 0.02; // repeat until the median's 95% interval is within +-this fraction...
+    double max_time_s = 1.0;     // ...or this many seconds of repeating end (the row is then unstable)
     int threads = 0; // 0: the library's default
     std::string device = "cpu";
     std::string dtype = "float32";
@@ -40,6 +44,9 @@ std::vector<InputRow> read_input(const std::string &path, const std::string &pro
 
 // `<dir>/<stem>_out.csv` for `<dir>/<stem>.csv`.
 std::string output_path_for(const std::string &input_path);
+
+// `<dir>/<stem>_samples.csv` for `<dir>/<stem>.csv`.
+std::string samples_path_for(const std::string &input_path);
 
 // A row's parameters by descriptor name; accessors throw RowError naming the parameter.
 class Params {

@@ -1,5 +1,6 @@
-"""task=compare: runs found through MLflow's search API, tables across batch sizes and implementations,
-problems listed rather than fatal."""
+"""task=compare: runs found through MLflow's search API, sorted tables across batch sizes and implementations
+with operation names, training runs beside operator sweeps, repeated configurations resolved by a stated rule
+(the newest finished run), problems listed rather than fatal."""
 
 from __future__ import annotations
 
@@ -10,7 +11,16 @@ import pandas as pd
 import pytest
 from helpers import FAST, Store, artifact_text, mlflow_runs, run_dlbench
 
-from dlbench.analysis.compare import evaluation_totals, implementations_side_by_side, results_in_ms
+from dlbench.analysis.compare import (
+    by_batch_size,
+    current,
+    evaluation_totals,
+    implementations_side_by_side,
+    mark_repeats,
+    results_in_ms,
+    run_table,
+    training_totals,
+)
 from dlbench.tracking.run import TrackedRun
 from dlbench.tracking.store import TrackingTarget
 
@@ -28,7 +38,7 @@ def test_compare_tabulates_sweeps_across_batch_sizes_and_lists_runs_it_cannot_us
     with TrackedRun(target, "relu-without-metrics", params={"batch_size": 4}, tags=tags) as broken:
         pass  # finished, but neither total_ms nor results.csv
     with TrackedRun(target, "relu-in-microseconds", params={"batch_size": 8}, tags=tags) as micro:
-        micro.log_metrics({"total_ms": 1.0, "network_total_ms": 2.0})
+        micro.log_metrics({"total_ms": 1.0, "network_total_ms": 2.0})  # a run made before the metrics' renaming
         micro.log_table(
             pd.DataFrame({"id": [0], "name": ["a"], "median_us": [1500.0], "status": ["ok"]}), "results.csv"
         )
@@ -48,7 +58,7 @@ def test_compare_tabulates_sweeps_across_batch_sizes_and_lists_runs_it_cannot_us
 
     problems = table(store, compare.info.run_id, "tables/problems.csv")
     about_broken = " ".join(problems.loc[problems["run_id"] == broken.run_id, "problem"])
-    assert "metric total_ms is missing" in about_broken and "no results.csv" in about_broken
+    assert "metric total_time_ms is missing" in about_broken and "no results.csv" in about_broken
     assert "converted from median_us" in " ".join(problems.loc[problems["run_id"] == micro.run_id, "problem"])
 
     from mlflow.tracking import MlflowClient
@@ -83,12 +93,13 @@ def test_implementations_are_set_side_by_side_with_ratios_to_torch():
             "batch_size": [8] * 4,
             "dtype": ["float32"] * 4,
             "id": [0, 1, 0, 1],
+            "key": ["stem", "l1", "stem", "l1"],
             "implementation": ["torch_conv", "torch_conv", "onednn_conv", "onednn_conv"],
             "median_ms": [2.0, 4.0, 1.0, 5.0],
         }
     )
-    side = implementations_side_by_side(operations).set_index("id")
-    assert side["onednn_conv_over_torch_conv"].tolist() == [0.5, 1.25]
+    side = implementations_side_by_side(operations).set_index("key")
+    assert side.loc[["stem", "l1"], "onednn_conv_over_torch_conv"].tolist() == [0.5, 1.25]
     assert implementations_side_by_side(operations[operations["implementation"] == "torch_conv"]).empty
 
 
@@ -107,3 +118,79 @@ def test_evaluations_give_predicted_and_measured_step_times_per_batch_size():
     assert sorted(totals["series"].unique()) == ["s | measured", "s | predicted"]
     assert totals.loc[totals["series"] == "s | predicted", "step_ms"].tolist() == [10.0, 20.0]
     assert len(totals) == 3  # the missing measured value is left out, not plotted as zero
+
+
+def _found(rows: list[dict]) -> pd.DataFrame:
+    """Search results as ``tracking.search_runs`` returns them."""
+    base = {"status": "FINISHED", "tags.system.id": "s", "params.dtype": "float32", "params.device": "cpu",
+            "params.threads": "0", "tags.dlbench.implementation": "torch_relu"}  # fmt: skip
+    return pd.DataFrame([{**base, **row} for row in rows])
+
+
+def test_a_repeated_configuration_is_represented_by_its_newest_finished_run():
+    found = _found(
+        [
+            {"run_id": "old", "start_time": 1, "tags.dlbench.kind": "operator_sweep", "tags.dlbench.benchmark": "relu",
+             "params.batch_size": "8", "metrics.total_time_ms": 10.0},
+            {"run_id": "new", "start_time": 2, "tags.dlbench.kind": "operator_sweep", "tags.dlbench.benchmark": "relu",
+             "params.batch_size": "8", "metrics.total_time_ms": 12.0},
+            {"run_id": "crashed", "start_time": 3, "status": "FAILED", "tags.dlbench.kind": "operator_sweep",
+             "tags.dlbench.benchmark": "relu", "params.batch_size": "8"},
+            {"run_id": "other", "start_time": 1, "tags.dlbench.kind": "operator_sweep",
+             "tags.dlbench.benchmark": "relu", "params.batch_size": "16", "metrics.total_time_ms": 30.0},
+        ]
+    )  # fmt: skip
+    runs = mark_repeats(run_table(found))
+    marked = runs.set_index("run_id")
+    assert marked.loc["old", "superseded_by"] == "new" and marked.loc["crashed", "superseded_by"] == "new"
+    assert marked.loc["new", "superseded_by"] == "" and marked.loc["new", "repeats"] == 3
+    assert sorted(current(runs)["run_id"]) == ["new", "other"]
+    assert current(runs)["batch_size"].tolist() == [8, 16], "sorted by batch size"
+
+
+def test_runs_made_before_the_renaming_are_read_under_the_new_metric_names():
+    found = _found(
+        [{"run_id": "r", "start_time": 1, "tags.dlbench.kind": "operator_sweep", "tags.dlbench.benchmark": "relu",
+          "params.batch_size": "8", "metrics.network_total_ms": 5.0, "metrics.total_ms": 3.0}]
+    )  # fmt: skip
+    runs = run_table(found)
+    assert runs.loc[0, "total_time_ms"] == 5.0 and runs.loc[0, "distinct_operations_time_ms"] == 3.0
+    assert "network_total_ms" not in runs.columns
+
+
+def test_training_runs_and_evaluations_give_step_time_and_samples_per_second_against_batch_size():
+    found = _found(
+        [
+            {"run_id": "t8", "start_time": 1, "tags.dlbench.kind": "training", "tags.dlbench.benchmark": "mlp",
+             "params.batch_size": "8", "metrics.step_time_s_median": 0.02, "metrics.samples_per_s_median": 390.0},
+            {"run_id": "t16", "start_time": 2, "tags.dlbench.kind": "training", "tags.dlbench.benchmark": "mlp",
+             "params.batch_size": "16", "metrics.step_time_s_median": 0.03, "metrics.samples_per_s_median": 530.0},
+            {"run_id": "e16", "start_time": 3, "tags.dlbench.kind": "evaluation", "tags.dlbench.benchmark": "mlp",
+             "params.batch_size": "16", "metrics.step_time_measured_ms": 40.0},
+        ]
+    )  # fmt: skip
+    totals = training_totals(current(mark_repeats(run_table(found))))
+    training = totals[totals["series"] == "s | training"]
+    assert training["batch_size"].tolist() == [8, 16]
+    assert training["step_time_ms"].tolist() == pytest.approx([20.0, 30.0])
+    assert training["samples_per_s"].tolist() == [390.0, 530.0]
+    evaluation = totals[totals["series"] == "s | evaluation"]
+    assert evaluation["samples_per_s"].tolist() == pytest.approx([16 / 0.04])
+
+
+def test_operation_table_across_batch_sizes_is_sorted_and_names_each_operation():
+    operations = pd.DataFrame(
+        {
+            "benchmark": ["relu"] * 4,
+            "system": ["s"] * 4,
+            "implementation": ["torch_relu"] * 4,
+            "dtype": ["float32"] * 4,
+            "batch_size": [2, 2, 1, 1],
+            "id": [1, 0, 1, 0],
+            "key": ["l1_64", "stem", "l1_64", "stem"],
+            "median_ms": [4.0, 2.0, 3.0, 1.0],
+        }
+    )
+    table = by_batch_size(operations)
+    assert table["key"].tolist() == ["stem", "l1_64"] and table.columns[-2:].tolist() == ["bs1", "bs2"]
+    assert table.set_index("key").loc["l1_64", "bs2"] == 4.0

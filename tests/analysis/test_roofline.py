@@ -30,8 +30,8 @@ def test_roofline_run_logs_peaks_bandwidth_and_hardware_tags(tmp_path: Path, sto
     assert metrics["peak_gflops_float32"] > 0
     assert metrics["bandwidth_gbs"] == max(metrics["bandwidth_copy_gbs"], metrics["bandwidth_triad_gbs"]) > 0
     assert metrics["ridge_point_flop_per_byte"] == pytest.approx(
-        metrics["peak_gflops_float32"] / metrics["bandwidth_gbs"]
-    )
+        metrics["peak_gflops_float32"] / metrics["bandwidth_gbs"], rel=1e-3
+    )  # each metric keeps 4 significant digits
     assert "gemm_float32" in result.stdout and "triad" in result.stdout
     assert run.data.params["roofline.gemm_size"] == "64"
 

@@ -128,15 +128,42 @@ def test_onednn_executable_writes_one_protocol_row_per_id(onednn_bin: Path, tmp_
     result = _run_env(onednn_bin / target, (str(path),), {**FAST_ENV, "DLBENCH_THREADS": "1"}, 120)
     assert result.returncode == 0, result.stderr
     out = tmp_path / f"{target}_out.csv"
-    assert out.read_text(encoding="utf-8").splitlines()[0] == "id,ms,min,max,mean,std,iqr,reps"
+    header = "id,ms,min,max,mean,std,iqr,reps,p10,p90,ci_low,ci_high,converged"
+    assert out.read_text(encoding="utf-8").splitlines()[0] == header
     parsed = parse_output(out, expected_ids=[i for i, _ in rows])
     assert parsed.unit == "ms"
     assert parsed.problems == []
     assert set(parsed.rows) == {i for i, _ in rows}
+    assert parsed.samples_path == tmp_path / f"{target}_samples.csv"  # the statistics come from the samples
     for stats in parsed.rows.values():
-        assert 0 < stats.min_ms <= stats.median_ms <= stats.max_ms
+        assert 0 < stats.min_ms <= stats.p10_ms <= stats.median_ms <= stats.p90_ms <= stats.max_ms
         assert 2 <= stats.reps <= 5
         assert stats.median_ms < 10_000  # milliseconds, not microseconds or nanoseconds
+
+
+def test_native_rows_carry_the_median_interval_and_their_raw_samples(onednn_bin: Path, tmp_path: Path) -> None:
+    path = write_input(tmp_path / "relu.csv", [(1, [1, 8, 16, 16, 0]), (2, [1, 8, 4, 4, 0])])
+    env = {"DLBENCH_WARMUP": "1", "DLBENCH_MIN_REPS": "3", "DLBENCH_MIN_TIME_S": "0", "DLBENCH_THREADS": "1"}
+    # three repetitions cannot bound a median: its interval is empty, converged unknown, not made up
+    few = _run_env(onednn_bin / "onednn_relu", (str(path),), {**env, "DLBENCH_MAX_REPS": "3"}, 120)
+    assert few.returncode == 0, few.stderr
+    line = (tmp_path / "relu_out.csv").read_text(encoding="utf-8").splitlines()[1].split(",")
+    assert line[7] == "3" and line[10:13] == ["", "", ""]
+    many = _run_env(onednn_bin / "onednn_relu", (str(path),), {**env, "DLBENCH_TARGET_REL_CI": "0.5"}, 120)
+    assert many.returncode == 0, many.stderr
+    samples = (tmp_path / "relu_samples.csv").read_text(encoding="utf-8").splitlines()
+    assert samples[0] == "id,ms"
+    parsed = parse_output(tmp_path / "relu_out.csv", [1, 2], target_rel_ci=0.5)
+    for op_id, stats in parsed.rows.items():
+        assert stats.reps == sum(1 for s in samples[1:] if s.split(",")[0] == str(op_id)) >= 6
+        assert stats.ci_low_ms <= stats.median_ms <= stats.ci_high_ms and stats.converged is not None
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "1.5"])
+def test_a_target_interval_out_of_range_is_a_usage_error(onednn_bin: Path, tmp_path: Path, value: str) -> None:
+    path = write_input(tmp_path / "relu.csv", [(1, [1, 8, 4, 4, 0])])
+    result = _run_env(onednn_bin / "onednn_relu", (str(path),), {"DLBENCH_TARGET_REL_CI": value}, 60)
+    assert result.returncode == EXIT_USAGE and "DLBENCH_TARGET_REL_CI" in result.stderr
 
 
 def test_bad_conv_rows_are_reported_by_id_and_good_rows_kept(onednn_bin: Path, tmp_path: Path) -> None:

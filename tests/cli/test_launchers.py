@@ -36,8 +36,10 @@ def test_more_threads_than_cores_is_refused(tmp_path: Path) -> None:
 
 
 def _check_sweep(store: Store, batch_sizes: list[str]) -> list:
-    runs = mlflow_runs(store)
+    (sweep,) = [r for r in mlflow_runs(store) if r.data.tags["dlbench.kind"] == "sweep"]
+    runs = [r for r in mlflow_runs(store) if r is not sweep and r.data.tags["dlbench.kind"] != "sweep"]
     assert sorted(r.data.params["batch_size"] for r in runs) == batch_sizes, "no run lost, none duplicated"
+    assert all(r.data.tags["mlflow.parentRunId"] == sweep.info.run_id for r in runs), "jobs in other processes too"
     assert all(r.info.status == "FINISHED" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
     assert all(r.data.metrics["operations_ok"] == 6 for r in runs)
     assert len({r.data.tags["dlbench.sweep"] for r in runs}) == 1

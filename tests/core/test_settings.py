@@ -45,19 +45,22 @@ def test_the_config_defaults_come_from_the_table() -> None:
 
 
 def test_what_the_runner_hands_over_is_what_a_kernel_reads_back() -> None:
-    settings = RunSettings(warmup=7, min_reps=3, max_reps=9, min_time_s=0.125, threads=2, op_budget_s=1.5)
+    settings = RunSettings(
+        warmup=7, min_reps=3, max_reps=9, min_time_s=0.125, threads=2, op_budget_s=1.5, target_rel_ci=0.05,
+        max_time_s=2.5,
+    )  # fmt: skip
     env = settings.environment()
     assert set(env) - {"OMP_NUM_THREADS"} <= set(ENV_VARS)
     read = from_environment([s.key for s in MEASURE_SETTINGS], env)
     assert read == {"warmup": 7, "min_reps": 3, "max_reps": 9, "min_time_s": 0.125, "op_budget_s": 1.5,
-                    "memory_fraction": 0.8}  # fmt: skip
+                    "memory_fraction": 0.8, "target_rel_ci": 0.05, "max_time_s": 2.5}  # fmt: skip
     assert from_environment(["threads"], env) == {"threads": 2} and env["OMP_NUM_THREADS"] == "2"
 
 
 def test_the_timing_loop_reads_the_environment_through_the_table(monkeypatch: pytest.MonkeyPatch) -> None:
-    for key, value in to_environment({"warmup": 0, "min_reps": 4, "op_budget_s": 2.0}).items():
+    for key, value in to_environment({"warmup": 0, "min_reps": 4, "op_budget_s": 2.0, "target_rel_ci": 0.1}).items():
         monkeypatch.setenv(key, value)
-    assert TimingSettings.from_env() == TimingSettings(warmup=0, min_reps=4, budget_s=2.0)
+    assert TimingSettings.from_env() == TimingSettings(warmup=0, min_reps=4, budget_s=2.0, target_rel_ci=0.1)
 
 
 def test_a_malformed_variable_is_named() -> None:

@@ -6,17 +6,81 @@ import logging
 
 import pytest
 
+from dlbench.core.descriptors import CONV, GEMM
 from dlbench.core.values import Operation
-from dlbench.operators.align import AlignmentError, Permutation, PermutationError, align_operation, parse_param_descr
+from dlbench.operators.align import (
+    AlignmentError,
+    Permutation,
+    PermutationError,
+    ProblemChanged,
+    align_operation,
+    misfit,
+    parse_param_descr,
+)
 
 
 def op(params, shapes=()) -> Operation:
     return Operation(id=0, op_type="X", params=tuple(params), input_shapes=tuple(shapes))
 
 
-def test_parameters_are_reordered_by_descriptor_and_surplus_discarded() -> None:
-    operation = op([("N", 8), ("C", 3), ("H", 32), ("W", 32), ("alpha", 0.5), ("mode", 0)])
+def test_parameters_are_reordered_by_descriptor_and_surplus_at_neutral_values_discarded() -> None:
+    operation = op([("N", 8), ("C", 3), ("H", 32), ("W", 32), ("epsilon", 1e-3), ("mode", 0)])
     assert align_operation(operation, ["W", "H", "C", "N"]) == [32, 32, 3, 8]
+
+
+def conv(**overrides: float) -> Operation:
+    values = dict(zip(CONV, [1, 32, 56, 56, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0], strict=True))
+    values.update(overrides)
+    return Operation(id=3, op_type="Conv", params=tuple(values.items()))
+
+
+WITHOUT_GROUP = [d for d in CONV if d != "group"]
+
+
+def test_a_depthwise_convolution_is_not_served_by_an_implementation_without_group() -> None:
+    assert align_operation(conv(), WITHOUT_GROUP, entry_name="dense_only")[:5] == [1, 32, 56, 56, 32]
+    with pytest.raises(ProblemChanged, match=r"dense_only: its param_descr has no group.*group=32"):
+        align_operation(conv(group=32), WITHOUT_GROUP, entry_name="dense_only")
+
+
+@pytest.mark.parametrize(
+    ("operation", "param_descr", "named"),
+    [
+        (conv(dilations_0=2, dilations_1=2), [d for d in CONV if not d.startswith("dilations")], "dilations_0"),
+        (conv(pads_2=2), [d for d in CONV if d not in ("pads_2", "pads_3")], "pads_2=2 (not equal to pads_0)"),
+        (conv(mode=2), [d for d in CONV if d != "mode"], "mode=2"),
+        (
+            Operation(0, "Gemm", tuple(zip(GEMM, [64, 32, 16, 1, 0, 1], strict=True))),
+            ["M", "K", "N", "batch"],
+            "transA=1",
+        ),
+        (op([("N", 8), ("C", 3), ("H", 32), ("W", 32), ("alpha", 0.5)]), ["N", "C", "H", "W"], "alpha=0.5 (no neutral"),
+    ],
+)
+def test_a_dropped_descriptor_that_changes_the_problem_is_named(
+    operation: Operation, param_descr: list[str], named: str
+) -> None:
+    with pytest.raises(ProblemChanged) as info:
+        align_operation(operation, param_descr, entry_name="e")
+    assert named in str(info.value)
+
+
+def test_symmetric_pads_may_be_given_as_two_values() -> None:
+    values = align_operation(
+        conv(pads_0=2, pads_1=1, pads_2=2, pads_3=1), [d for d in CONV if d not in ("pads_2", "pads_3")]
+    )
+    assert values[7:9] == [2, 1]
+
+
+def test_a_changed_problem_is_unsupported_and_a_missing_parameter_a_failure() -> None:
+    with pytest.raises(ProblemChanged) as changed:
+        align_operation(conv(group=32), WITHOUT_GROUP, entry_name="e")
+    unsupported = misfit(3, changed.value)
+    assert unsupported.unsupported and unsupported.status == "unsupported" and "group=32" in unsupported.error
+    with pytest.raises(AlignmentError) as lacking:
+        align_operation(op([("N", 8)]), ["N", "C", "H", "W"], entry_name="e")
+    failed = misfit(0, lacking.value)
+    assert not failed.unsupported and failed.status == "failed" and failed.error.startswith("parameters do not fit")
 
 
 def test_original_comma_separated_param_descr_is_accepted() -> None:

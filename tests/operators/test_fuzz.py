@@ -117,7 +117,10 @@ def test_parsing_any_output_bytes_gives_rows_and_problems_or_a_protocol_error(
         return
     for op_id, row in parsed.rows.items():
         assert expected is None or op_id in expected
-        assert math.isfinite(row.median_ms) and row.median_ms > 0 and row.reps >= 1
+        assert math.isfinite(row.median_ms) and row.median_ms > 0 and (row.reps is None or row.reps >= 1)
+        # a statistic is either missing or a real non-negative number: never invented, never NaN
+        for value in (row.min_ms, row.max_ms, row.mean_ms, row.std_ms, row.iqr_ms, row.p10_ms, row.ci_low_ms):
+            assert value is None or (math.isfinite(value) and value >= 0)
     for problem in parsed.problems:
         assert problem.startswith(f"{path}:"), "every problem names the file and the line"
     attributed = [p for found in parsed.problems_by_id.values() for p in found]

@@ -89,4 +89,13 @@ def test_parallel_writers_do_not_corrupt_the_store(tmp_path: Path):
         assert process.exitcode == 0
     with sqlite3.connect(path) as connection:
         assert connection.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-        assert connection.execute("SELECT COUNT(*) FROM results").fetchone() == (4 * 10 * 10,)
+        assert connection.execute("SELECT COUNT(*) FROM timings").fetchone() == (4 * 10 * 10,)
+
+
+def test_statistics_the_executable_did_not_report_come_back_missing(tmp_path: Path):
+    store = ReuseStore(tmp_path / "reuse.db")
+    op = relu(0, 16)
+    stats = TimeStats(median_ms=2.5, ci_low_ms=2.4, ci_high_ms=2.6, converged=True, note="repetitions not reported")
+    store.record(key(), [op], SweepResult({0: Measurement(0, stats)}), {0: 0.1}, "run-1")
+    found = store.lookup(key(), [op])
+    assert found[0].stats == stats, "NA statistics stay NA and the interval, verdict and note survive"

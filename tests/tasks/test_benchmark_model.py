@@ -96,11 +96,13 @@ def test_benchmark_model_runs_each_serving_benchmark_once_under_the_extraction_r
     status = {r["op_type"]: (r["status"], int(r["nodes"])) for r in coverage}
     assert status["Conv"] == ("no benchmark", 15) and status["Relu"] == ("served", 13)
     assert status["Flatten"] == ("layout-only", 1)  # a view: neither served nor unserved
-    # 53 nodes, one of them layout-only: 13 ReLU + 1 Gemm of the 52 operators are served
-    assert parent.data.metrics["nodes_served_fraction"] == pytest.approx((13 + 1) / 52)
+    # 53 nodes, one of them layout-only: 13 ReLU + 1 Gemm of the 52 operators are served (4 significant digits)
+    assert parent.data.metrics["nodes_served_fraction"] == pytest.approx(
+        (13 + 1) / 52, rel=5e-4
+    )  # metrics keep 4 significant digits
     assert parent.data.metrics["nodes_layout"] == 1 and parent.data.metrics["nodes_unserved"] == 52 - 14
     relu_total = sum(float(r["median_ms"]) * int(r["count"]) for r in relu_rows)
-    assert parent.data.metrics["time_ms.Relu.forward"] == pytest.approx(relu_total)
+    assert parent.data.metrics["time_ms.Relu.forward"] == pytest.approx(relu_total, rel=5e-4)
     combined = list(csv.DictReader(io.StringIO(artifact_text(store, parent.info.run_id, "model_results.csv"))))
     assert len(combined) == 5 and {r["implementation"] for r in combined} == {
         children["fake_relu"].data.tags["mlflow.runName"],

@@ -62,7 +62,7 @@ def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_
     terms = table(store, run.info.run_id, "prediction_terms.csv").set_index("term")["ms"]
     operator_terms = terms[["forward", "backward", "loss", "optimizer"]].sum()
     assert abs(predicted - operator_terms) <= 1e-6 * predicted
-    assert abs(terms.sum() - m["step_time_predicted_ms"]) <= 1e-6 * terms.sum()
+    assert abs(terms.sum() - m["step_time_predicted_ms"]) <= 5e-4 * terms.sum()  # metrics keep 4 significant digits
     assert 0 <= terms["framework: engine"] < 0.2 * terms.sum() and "framework: recording" in terms
     per_type = table(store, run.info.run_id, "op_types.csv").set_index("op_type")
     assert {"Gemm", "Relu", "SoftmaxCrossEntropyLoss", "SGD"} <= set(per_type.index)

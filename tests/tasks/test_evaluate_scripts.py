@@ -83,7 +83,7 @@ def test_a_script_written_for_the_original_tool_is_evaluated_with_its_own_parame
     assert {"Conv", "BatchNormalization", "Relu", "MaxPool", "Gemm", "SGD"} <= set(operations["op_type"])
     terms = table(store, run.info.run_id, "prediction_terms.csv")
     m = run.data.metrics
-    assert terms["ms"].sum() == pytest.approx(m["step_time_predicted_ms"], rel=1e-9)
+    assert terms["ms"].sum() == pytest.approx(m["step_time_predicted_ms"], rel=5e-4)  # metrics keep 4 digits
     assert set(terms["term"]) >= {"forward", "backward", "loss", "optimizer", "unmeasured operations"}
     assert all(terms.loc[terms["term"] == t, "ms"].item() > 0 for t in ("forward", "backward", "optimizer"))
     assert math.isfinite(m["prediction_error_pct"]) and m["step_time_measured_ms"] > 0

@@ -10,6 +10,8 @@ import pytest
 from helpers import FAST, Store, artifact_text, mlflow_runs, run_dlbench, write_fake_benchmark
 from mlflow.tracking import MlflowClient
 
+from dlbench.tracking.naming import short_host
+
 
 def test_relu_sweep_is_one_run_with_params_tags_metrics_and_artifacts(tmp_path: Path, store: Store) -> None:
     result = run_dlbench("+benchmark=relu", "batch_size=2", *FAST, cwd=tmp_path, store=store)
@@ -23,11 +25,13 @@ def test_relu_sweep_is_one_run_with_params_tags_metrics_and_artifacts(tmp_path: 
     tags = run.data.tags
     for key in ("cpu.model", "host.name", "python.version", "torch.version", "dlbench.version", "system.id"):
         assert tags.get(key), key
-    assert run.data.tags["mlflow.runName"] == "relu-torch_relu-bs2-cpu"
+    assert run.data.tags["mlflow.runName"] == f"relu-torch_relu-bs2-fp32-{short_host()}"
     client = MlflowClient(tracking_uri=store.uri)
-    history = client.get_metric_history(run.info.run_id, "median_ms")
-    assert sorted(m.step for m in history) == list(range(6)) and all(m.value > 0 for m in history)
-    assert run.data.metrics["operations_ok"] == 6 and run.data.metrics["total_ms"] > 0
+    per_operation = {k for k in run.data.metrics if k.startswith("op/")}
+    names = ("stem", "l1_64", "l1_256", "l2_512", "l3_1024", "l4_2048")
+    assert per_operation == {f"op/{n}/{m}" for n in names for m in ("median_ms", "gflops_per_s")}
+    assert all(run.data.metrics[f"op/{n}/median_ms"] > 0 for n in names)
+    assert run.data.metrics["operations_ok"] == 6 and run.data.metrics["total_time_ms"] > 0
     rows = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "results.csv"))))
     assert [r["name"] for r in rows] == ["stem", "l1_64", "l1_256", "l2_512", "l3_1024", "l4_2048"]
     assert all(r["status"] == "ok" and float(r["median_ms"]) >= float(r["min_ms"]) > 0 for r in rows)
@@ -36,6 +40,7 @@ def test_relu_sweep_is_one_run_with_params_tags_metrics_and_artifacts(tmp_path: 
     assert protocol == {
         "protocol/torch_relu_relu.csv",
         "protocol/torch_relu_relu_out.csv",
+        "protocol/torch_relu_relu_samples.csv",
         "protocol/torch_relu_relu_stderr.txt",
     }
     assert "batch_size: 2" in artifact_text(store, run.info.run_id, "config.yaml")
@@ -57,7 +62,7 @@ def test_default_store_is_mlflow_db_in_the_start_directory(tmp_path: Path) -> No
 def test_multirun_over_batch_size_gives_one_run_per_value_sharing_a_sweep_tag(tmp_path: Path, store: Store) -> None:
     result = run_dlbench("-m", "+benchmark=softmax", "batch_size=1,2,3", *FAST, cwd=tmp_path, store=store)
     assert result.returncode == 0, result.stderr
-    runs = mlflow_runs(store)
+    runs = [r for r in mlflow_runs(store) if r.data.tags["dlbench.kind"] != "sweep"]  # the sweep's own run apart
     assert sorted(r.data.params["batch_size"] for r in runs) == ["1", "2", "3"]
     assert all(r.info.status == "FINISHED" for r in runs)
     sweeps = {r.data.tags["dlbench.sweep"] for r in runs}

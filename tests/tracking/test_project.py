@@ -96,7 +96,9 @@ def _mlflow_run(*arguments: str, store: Store, tmp_path: Path) -> subprocess.Com
 
 
 @pytest.mark.slow
-def test_mlflow_run_sweep_logs_one_child_run_per_batch_size_under_the_project_run(tmp_path: Path, store: Store) -> None:
+def test_mlflow_run_sweep_logs_the_sweep_and_one_run_per_batch_size_under_the_project_run(
+    tmp_path: Path, store: Store
+) -> None:
     fast = f"measure.warmup=1 measure.min_reps=2 measure.min_time_s=0 quiet=true hydra.sweep.dir={tmp_path / 'sweep'}"
     result = _mlflow_run(
         "-e", "sweep", "-P", "benchmark=relu", "-P", "batch_size=1,2", "-P", f"overrides={fast}",
@@ -105,8 +107,9 @@ def test_mlflow_run_sweep_logs_one_child_run_per_batch_size_under_the_project_ru
     assert result.returncode == 0, result.stderr
     runs = mlflow_runs(store)
     (project,) = [r for r in runs if "mlflow.parentRunId" not in r.data.tags]
-    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == project.info.run_id]
-    assert len(runs) == 3 and len(children) == 2
+    (sweep,) = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == project.info.run_id]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == sweep.info.run_id]
+    assert len(runs) == 4 and len(children) == 2 and sweep.data.tags["dlbench.kind"] == "sweep"
     assert project.info.status == "FINISHED" and project.data.tags["dlbench.entry_point"] == "sweep"
     assert project.data.params["benchmark"] == "relu" and project.data.params["batch_size"] == "1,2"
     assert sorted(r.data.params["batch_size"] for r in children) == ["1", "2"]

@@ -113,8 +113,12 @@ def test_parallel_operator_sweep_logs_through_the_tracking_server(tmp_path: Path
     )  # fmt: skip
     assert result.returncode == 0, result.stderr
     assert not (tmp_path / "mlflow.db").exists(), "nothing went to a local store"
-    runs = server.runs("server-sweep")
+    (sweep,) = [r for r in server.runs("server-sweep") if _tags(r)["dlbench.kind"] == "sweep"]
+    runs = [r for r in server.runs("server-sweep") if _tags(r)["dlbench.kind"] != "sweep"]
     assert sorted(_params(r)["batch_size"] for r in runs) == ["1", "2"]
+    assert {_tags(r)["mlflow.parentRunId"] for r in runs} == {sweep["info"]["run_id"]}
+    table = server.artifact(sweep["info"]["run_id"], "sweep/median_ms_by_batch_size.csv").splitlines()
+    assert table[0] == "benchmark,implementation,id,key,bs1,bs2" and len(table) == 7
     assert all(r["info"]["status"] == "FINISHED" for r in runs)
     assert len({_tags(r)["dlbench.sweep"] for r in runs}) == 1
     assert all(_metrics(r)["operations_ok"] == 6 for r in runs)

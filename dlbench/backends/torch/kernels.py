@@ -6,12 +6,18 @@ from __future__ import annotations
 
 import torch
 
+from dlbench.backends.torch.arithmetic import binary_kernel, power, variadic_kernel, where
 from dlbench.backends.torch.conv import conv
 from dlbench.backends.torch.elementwise import add, relu, sgd, softmax
 from dlbench.backends.torch.gemm import gemm
+from dlbench.backends.torch.logic import FUNCTIONS as LOGIC
+from dlbench.backends.torch.logic import logic_kernel
+from dlbench.backends.torch.movement import concat, expand, gather, gather_elements, slice_, split, tile, transpose
 from dlbench.backends.torch.norm import batchnorm, layernorm
 from dlbench.backends.torch.params import Kernel
+from dlbench.backends.torch.pointwise import FUNCTIONS, cast, gelu, pointwise_kernel
 from dlbench.backends.torch.pool import global_avg_pool, pool_kernel
+from dlbench.backends.torch.reduce import lrn, reduce_kernel
 from dlbench.backends.torch.training_ops import cross_entropy, dispatch
 
 KERNELS: dict[str, Kernel] = {
@@ -29,6 +35,26 @@ KERNELS: dict[str, Kernel] = {
     "SGD": sgd,
     "SoftmaxCrossEntropyLoss": cross_entropy,
     "FrameworkOverhead": dispatch,
+    # the glue of real networks
+    **{op_type: pointwise_kernel(op_type) for op_type in FUNCTIONS},
+    "Gelu": gelu,
+    "Cast": cast,
+    **{op_type: binary_kernel(op_type) for op_type in ("Mul", "Div", "Sub")},
+    "Pow": power,
+    **{op_type: variadic_kernel(op_type) for op_type in ("Sum", "Max", "Min")},
+    "Where": where,
+    "Concat": concat,
+    "Split": split,
+    "Slice": slice_,
+    "Transpose": transpose,
+    "Gather": gather,
+    "Expand": expand,
+    "Tile": tile,
+    "ReduceMean": reduce_kernel("ReduceMean"),
+    "ReduceSum": reduce_kernel("ReduceSum"),
+    "LRN": lrn,
+    "GatherElements": gather_elements,
+    **{op_type: logic_kernel(op_type) for op_type in LOGIC},
 }
 
 DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}

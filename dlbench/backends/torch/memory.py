@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import torch
 
-from dlbench.backends.torch.params import integer, positive, shape4, window
-
-INDEX_BYTES = 8  # int64 indices of max pooling
+from dlbench.backends.torch.params import glue, integer, positive, shape4, window
+from dlbench.core.glue import GLUE_OP_TYPES, INDEX_BYTES, elements
 
 
 def _out_size(size: int, kernel: int, pad_total: int, stride: int, dilation: int = 1) -> int:
@@ -16,6 +15,8 @@ def _out_size(size: int, kernel: int, pad_total: int, stride: int, dilation: int
 def tensor_bytes(op_type: str, p: dict[str, float], element_size: int) -> int:
     """An upper estimate of the bytes the kernel for ``op_type`` allocates for one row: inputs, outputs,
     gradients and the temporaries made while building them. Invalid parameters raise UnsupportedRow."""
+    if op_type in GLUE_OP_TYPES:
+        return _glue_bytes(op_type, p, element_size)
     if op_type in ("Gemm", "MatMul"):
         positive(p, "M", "K", "N", "batch")
         m, k, n, batch = integer(p, "M"), integer(p, "K"), integer(p, "N"), integer(p, "batch", 1)
@@ -56,6 +57,18 @@ def tensor_bytes(op_type: str, p: dict[str, float], element_size: int) -> int:
         return 3 * x * element_size  # parameter, gradient, momentum buffer
     # elementwise and normalisations: input, output, and in backward a gradient and a saved result
     return (2 if mode == 0 or op_type == "GlobalAveragePool" else 4) * x * element_size
+
+
+def _glue_bytes(op_type: str, p: dict[str, float], element_size: int) -> int:
+    """Inputs and outputs (Cast's output at up to 8 bytes, indices at 8); a backward pass also holds the
+    incoming gradients, the saved tensors and the input gradients."""
+    tensors = glue(op_type, p)
+    out_size = 8 if op_type == "Cast" else element_size
+    total = sum(
+        elements(s) * (element_size if kind == "float" else INDEX_BYTES)
+        for s, kind in zip(tensors.inputs, tensors.kinds, strict=True)
+    ) + sum(elements(s) * out_size for s in tensors.outputs)
+    return total if integer(p, "mode", 0) == 0 else 3 * total
 
 
 def free_memory(device: torch.device) -> int:

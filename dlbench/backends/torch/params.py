@@ -4,9 +4,12 @@ the shared tensor helpers of the kernels."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
+
+from dlbench.core.glue import GlueTensors, InvalidParameters, glue_tensors
 
 aten = torch.ops.aten
 
@@ -66,3 +69,60 @@ def axis_of(p: dict[str, float]) -> int:
     if not -4 <= axis < 4:
         raise UnsupportedRow(f"axis={axis} is outside a rank-4 tensor")
     return axis % 4
+
+
+def glue(op_type: str, p: dict[str, float]) -> GlueTensors:
+    """The tensors of a glue operator's row (:mod:`dlbench.core.glue`); invalid parameters fail the row."""
+    try:
+        return glue_tensors(op_type, p)
+    except InvalidParameters as err:
+        raise UnsupportedRow(str(err)) from err
+
+
+@dataclass(frozen=True)
+class Pass:
+    """One row's timed callable, with the tensors it reads (and the incoming gradients of a backward pass),
+    so a check can recompute the result with torch's own operators."""
+
+    run: Callable[[], object]
+    inputs: tuple[torch.Tensor, ...]
+    grad_outputs: tuple[torch.Tensor, ...] = ()
+
+    def __call__(self) -> object:
+        return self.run()
+
+
+def materialized(result: object) -> object:
+    """``result`` with every view copied into a tensor of its own: an ONNX operator writes its outputs, while
+    PyTorch's view operators (transpose, slice, expand, split, a concatenation's gradient) defer the copy
+    to whichever operator reads them next."""
+    if isinstance(result, torch.Tensor):
+        return result.contiguous()
+    return tuple(t.contiguous() for t in result)  # type: ignore[attr-defined]
+
+
+def autograd_pass(
+    forward: Callable[..., object], inputs: list[torch.Tensor], differentiable: list[int], copy: bool = False
+) -> Pass:
+    """The backward pass as training runs it where no single aten backward operator exists: the autograd
+    graph of ``forward`` is built once, and each call computes the gradients of the ``differentiable``
+    inputs from fixed random incoming gradients (the engine's per-node overhead is part of training's cost
+    too). ``copy`` materialises gradients that autograd returns as views."""
+    leaves = [t.detach().requires_grad_(i in differentiable) for i, t in enumerate(inputs)]
+    with torch.enable_grad():
+        result = forward(*leaves)
+    outputs = (result,) if isinstance(result, torch.Tensor) else tuple(result)  # type: ignore[arg-type]
+    grads = tuple(torch.randn_like(o) for o in outputs)
+    wrt = [leaves[i] for i in differentiable]
+    if copy:
+        return Pass(
+            lambda: materialized(torch.autograd.grad(outputs, wrt, grads, retain_graph=True)), tuple(leaves), grads
+        )
+    return Pass(lambda: torch.autograd.grad(outputs, wrt, grads, retain_graph=True), tuple(leaves), grads)
+
+
+def mode_of(p: dict[str, float]) -> int:
+    mode = integer(p, "mode", 0)
+    if mode not in (0, 1):
+        raise UnsupportedRow(f"mode={mode}: this operator has 0 forward and 1 backward")
+    return mode

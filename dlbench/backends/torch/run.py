@@ -9,13 +9,21 @@ from pathlib import Path
 
 import torch
 
-from dlbench.backends.timing import TimingSettings, time_repeated
+from dlbench.backends.timing import TimingSettings, clock_for, time_repeated
 from dlbench.backends.torch.kernels import DTYPES, KERNELS
 from dlbench.backends.torch.memory import free_memory, memory_problem, tensor_bytes
 from dlbench.backends.torch.params import UnsupportedRow
 from dlbench.core.descriptors import DESCRIPTORS
 from dlbench.core.settings import from_environment
-from dlbench.operators.protocol import output_path_for, read_input
+from dlbench.operators.protocol import (
+    SAMPLES_HEADER,
+    output_header,
+    output_path_for,
+    output_row,
+    read_input,
+    samples_path_for,
+    samples_rows,
+)
 
 
 def _memory_fraction_from_env() -> float:
@@ -63,16 +71,22 @@ def main(argv: list[str] | None = None) -> int:
     settings = TimingSettings.from_env()
     memory_fraction = _memory_fraction_from_env()
     element_size = torch.empty((), dtype=dtype).element_size()
-    sync = torch.cuda.synchronize if device.type == "cuda" else None
+    clock = clock_for(device.type)  # CUDA events on a GPU: device time, no synchronize per call
     try:
         rows = read_input(input_path)
     except (OSError, ValueError) as err:
         print(f"cannot read {input_path}: {err}", file=sys.stderr)
         return 2
     failed = 0
-    with output_path_for(input_path).open("w", encoding="utf-8") as out, torch.inference_mode(False), torch.no_grad():
-        out.write("id,ms,min,max,mean,std,iqr,reps\n")
+    with (
+        output_path_for(input_path).open("w", encoding="utf-8") as out,
+        samples_path_for(input_path).open("w", encoding="utf-8") as samples_out,
+        torch.inference_mode(False),
+        torch.no_grad(),
+    ):
+        out.write(output_header())
         out.flush()
+        samples_out.write(SAMPLES_HEADER)
         for op_id, values in rows:
             try:
                 if len(values) != len(descriptors):
@@ -86,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"id {op_id}: {skip}", file=sys.stderr, flush=True)
                     continue
                 fn = KERNELS[op_type](params, device, dtype)
-                timing = time_repeated(fn, settings, sync)
+                timing = time_repeated(fn, settings, clock=clock)
                 del fn  # free this row's tensors before the next row is sized
                 if device.type == "cuda":
                     torch.cuda.empty_cache()  # else the caching allocator's hold shows as used memory
@@ -102,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
                     file=sys.stderr,
                     flush=True,
                 )
-            out.write(
-                f"{op_id},{s.median_ms!r},{s.min_ms!r},{s.max_ms!r},{s.mean_ms!r},{s.std_ms!r},{s.iqr_ms!r},{s.reps}\n"
-            )
+            samples_out.write(samples_rows(op_id, timing.samples_ms))
+            samples_out.flush()  # before the row, so a row that is read always has its samples
+            out.write(output_row(op_id, s))
             out.flush()
     return 1 if failed and failed == len(rows) else 0

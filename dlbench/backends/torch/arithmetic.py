@@ -1,0 +1,84 @@
+"""Broadcasting arithmetic: Mul, Div, Sub, Pow, the n-ary Sum, Max and Min, and Where, forward and backward
+(the gradient formula autograd runs, including the sums a broadcast operand's gradient needs)."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import torch
+
+from dlbench.backends.torch.params import Kernel, Pass, autograd_pass, glue, mode_of
+
+BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "Mul": torch.mul,
+    "Div": torch.div,
+    "Sub": torch.sub,
+}
+VARIADIC: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "Sum": torch.add,
+    "Max": torch.maximum,
+    "Min": torch.minimum,
+}
+
+
+def binary_kernel(op_type: str) -> Kernel:
+    function = BINARY[op_type]
+
+    def kernel_fn(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass:
+        a_shape, b_shape = glue(op_type, p).inputs
+        a = torch.randn(a_shape, device=device, dtype=dtype)
+        # a divisor away from 0 (and a gradient -a/b^2 that stays finite)
+        b = torch.rand(b_shape, device=device, dtype=dtype)
+        b = b + 0.5 if op_type == "Div" else torch.randn_like(b)
+        if mode_of(p) == 0:
+            return Pass(lambda: function(a, b), (a, b))
+        return autograd_pass(function, [a, b], [0, 1])
+
+    return kernel_fn
+
+
+def power(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass:
+    """Pow of a positive base. A one-element exponent is a constant in real networks (x^2 of a variance,
+    x^3 of tanh-GELU) and runs as PyTorch's scalar pow, timed with 2; its gradient is the base's only."""
+    a_shape, b_shape = glue("Pow", p).inputs
+    a = torch.rand(a_shape, device=device, dtype=dtype) + 0.5
+    scalar = all(d == 1 for d in b_shape)
+    b = (
+        torch.full(b_shape, 2.0, device=device, dtype=dtype)
+        if scalar
+        else torch.rand(b_shape, device=device, dtype=dtype)
+    )
+
+    def function(base: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
+        return torch.pow(base, 2.0) if scalar else torch.pow(base, exponent)
+
+    if mode_of(p) == 0:
+        return Pass(lambda: function(a, b), (a, b))
+    return autograd_pass(function, [a, b], [0])
+
+
+def variadic_kernel(op_type: str) -> Kernel:
+    """Sum, Max and Min of n inputs, as a chain of n-1 binary operations (what PyTorch code runs)."""
+    function = VARIADIC[op_type]
+
+    def combine(*tensors: torch.Tensor) -> torch.Tensor:
+        return functools.reduce(function, tensors) if len(tensors) > 1 else tensors[0].clone()
+
+    def kernel_fn(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass:
+        shapes = glue(op_type, p).inputs
+        inputs = [torch.randn(s, device=device, dtype=dtype) for s in shapes]
+        if mode_of(p) == 0:
+            return Pass(lambda: combine(*inputs), tuple(inputs))
+        return autograd_pass(combine, inputs, list(range(len(inputs))))
+
+    return kernel_fn
+
+
+def where(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass:
+    c_shape, x_shape, y_shape = glue("Where", p).inputs
+    condition = torch.rand(c_shape, device=device) < 0.5
+    x, y = torch.randn(x_shape, device=device, dtype=dtype), torch.randn(y_shape, device=device, dtype=dtype)
+    if mode_of(p) == 0:
+        return Pass(lambda: torch.where(condition, x, y), (condition, x, y))
+    return autograd_pass(torch.where, [condition, x, y], [1, 2])

@@ -1,0 +1,101 @@
+"""The metrics a run carries mean the same in every run: run-level scalars (totals weighted by occurrences,
+per sample, GFLOP/s), per-operation metrics under names without the batch size (capped, costliest first),
+and a workload digest that says which runs measured the same operations."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from omegaconf import OmegaConf
+
+from dlbench import CONF_DIR
+from dlbench.analysis.results import (
+    operation_key,
+    operation_metrics,
+    results_frame,
+    summary_metrics,
+    workload_digest,
+)
+from dlbench.config import BenchmarkConfig, register_resolvers
+from dlbench.core.values import Measurement, Operation, SweepResult, TimeStats
+from dlbench.operators.workload import operations_from_benchmark
+
+
+def _stats(ms: float) -> TimeStats:
+    return TimeStats(median_ms=ms, min_ms=ms, max_ms=ms, mean_ms=ms, std_ms=0.0, iqr_ms=0.0, reps=3)
+
+
+def _frame() -> pd.DataFrame:
+    """Three operations: a (2 ms, 4 occurrences, 4e9 FLOPs), b (1 ms, once, no FLOPs), c failed."""
+    operations = [
+        Operation(0, "Conv", (("N", 8),), name="a", count=4, flops=4e9),
+        Operation(1, "Relu", (("N", 8),), name="b", count=1),
+        Operation(2, "Conv", (("N", 8),), name="c", count=2, flops=1e9),
+    ]
+    result = SweepResult({0: Measurement(0, _stats(2.0)), 1: Measurement(1, _stats(1.0)), 2: Measurement(2, None, "x")})
+    return results_frame(operations, result)
+
+
+def test_run_level_metrics_weight_each_operation_by_its_occurrences() -> None:
+    metrics = summary_metrics(_frame(), batch_size=8)
+    assert metrics["operations_ok"] == 2 and metrics["operations_failed"] == 1
+    assert metrics["total_time_ms"] == pytest.approx(2.0 * 4 + 1.0)
+    assert metrics["time_per_sample_ms"] == pytest.approx(9.0 / 8)
+    assert metrics["distinct_operations_time_ms"] == pytest.approx(3.0)
+    # all FLOPs (4 occurrences x 4e9) over all time: the time-weighted mean, not a mean of rates
+    assert metrics["gflops_per_s_mean"] == pytest.approx(16e9 / (9.0 * 1e6))
+    assert metrics["gflops_per_s_median"] == pytest.approx(4e9 / 2e6)
+    assert "median_ms" not in metrics and "gflops_per_s" not in metrics
+
+
+def test_every_status_a_row_has_is_counted() -> None:
+    frame = _frame()
+    frame.loc[1, "status"] = "unstable"
+    metrics = summary_metrics(frame)
+    assert metrics["operations_unstable"] == 1 and metrics["operations_ok"] == 1
+
+
+def test_per_operation_metrics_are_keyed_by_name_and_capped_costliest_first() -> None:
+    frame = _frame()
+    metrics, note = operation_metrics(frame, limit=10)
+    assert metrics == {"op/a/median_ms": 2.0, "op/a/gflops_per_s": pytest.approx(2000.0), "op/b/median_ms": 1.0}
+    assert note == "all 2 measured operations"
+    capped, note = operation_metrics(frame, limit=1)
+    assert set(capped) == {"op/a/median_ms", "op/a/gflops_per_s"}, "a costs 8 ms (4 x 2), b 1 ms"
+    assert "1 costliest of 2" in note and "results.csv" in note
+    assert operation_metrics(frame, limit=0)[0] == {}
+
+
+def _relu(batch_size: int) -> list[Operation]:
+    register_resolvers()
+    node = OmegaConf.merge(
+        OmegaConf.structured(BenchmarkConfig),
+        OmegaConf.load(CONF_DIR / "benchmark" / "relu.yaml"),
+        {"common": {"N": batch_size}},
+    )
+    return operations_from_benchmark(OmegaConf.to_object(node))
+
+
+def test_operation_names_do_not_change_with_the_batch_size() -> None:
+    small, large = _relu(1), _relu(32)
+    assert [operation_key(op) for op in small] == [operation_key(op) for op in large]
+    assert [operation_key(op) for op in small][:2] == ["stem", "l1_64"]
+
+
+def test_unnamed_operations_are_named_after_their_onnx_node_and_op_type() -> None:
+    forward = Operation(3, "Conv", (("N", 8), ("C", 64)), nodes=("/layer1/layer1.0/conv1/Conv", "/layer2/x/Conv"))
+    backward = Operation(9, "ConvBackwardData", (("N", 8), ("C", 64)), nodes=forward.nodes)
+    assert operation_key(forward) == "layer1.layer1.0.conv1.Conv:Conv"
+    assert operation_key(backward) == "layer1.layer1.0.conv1.Conv:ConvBackwardData"
+    assert operation_key(Operation(4, "Relu", (("N", 8),))) == "Relu_4"
+
+
+def test_repeated_names_get_the_operation_id() -> None:
+    operations = [Operation(i, "Relu", (("N", 1),), name="same") for i in range(2)]
+    frame = results_frame(operations, SweepResult({i: Measurement(i, _stats(1.0)) for i in range(2)}))
+    assert frame["key"].tolist() == ["same", "same-1"]
+
+
+def test_workload_digest_names_the_operations_not_who_measured_them() -> None:
+    assert workload_digest(_relu(4)) == workload_digest(_relu(4))
+    assert workload_digest(_relu(4)) != workload_digest(_relu(8))

@@ -1,0 +1,124 @@
+"""The timing loop: it stops when the median has converged or the time for converging ends, keeps every
+sample, and times CUDA work with device events chosen by device type."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from dlbench.backends.timing import (
+    EVENT_BATCH,
+    CudaEventClock,
+    HostClock,
+    TimingSettings,
+    clock_for,
+    time_repeated,
+)
+
+QUICK = dict(warmup=1, min_reps=5, max_reps=100_000, min_time_s=0.0)
+
+
+def busy_for(seconds: float) -> None:
+    end = time.perf_counter() + seconds
+    while time.perf_counter() < end:
+        pass
+
+
+class ScriptedClock(HostClock):
+    """Calls the operation for real but reports prescribed times, so the stopping rules are checked exactly
+    whatever else the machine does (the real clock is exercised by the other tests)."""
+
+    def __init__(self, times_ms: list[float]) -> None:
+        super().__init__()
+        self.times = iter(times_ms * 100_000)
+
+    def time_call(self, fn) -> None:  # type: ignore[no-untyped-def]
+        fn()
+        self._samples.append(next(self.times))
+
+
+def test_a_steady_operation_stops_at_the_first_count_that_bounds_its_median() -> None:
+    settings = TimingSettings(**QUICK, target_rel_ci=0.02, max_time_s=60.0)
+    timing = time_repeated(lambda: None, settings, clock=ScriptedClock([1.0]))
+    # 5 samples (min_reps) cannot bound a median with 95% confidence; 6 identical ones can
+    assert timing.stats.reps == 6 and timing.stats.converged is True and timing.samples_ms == (1.0,) * 6
+
+
+def test_a_real_operation_stops_when_converged_not_at_the_time_limit() -> None:
+    settings = TimingSettings(**QUICK, target_rel_ci=0.5, max_time_s=30.0)
+    started = time.perf_counter()
+    # a call too short to be preempted often, so its median settles even on a busy machine
+    timing = time_repeated(lambda: None, settings)
+    assert timing.stats.converged is True and timing.stats.rel_ci <= 0.5
+    assert time.perf_counter() - started < 30.0 and len(timing.samples_ms) == timing.stats.reps
+
+
+def test_an_operation_that_cannot_converge_runs_until_max_time_and_says_so() -> None:
+    settings = TimingSettings(**QUICK, target_rel_ci=0.01, max_time_s=0.3)
+    started = time.perf_counter()
+    # alternately 1 ms and 3 ms: the median's interval spans both
+    timing = time_repeated(lambda: busy_for(0.0005), settings, clock=ScriptedClock([1.0, 3.0]))
+    elapsed = time.perf_counter() - started
+    assert timing.stats.converged is False and timing.stats.rel_ci > 0.01
+    assert 0.3 <= elapsed < 5.0 and timing.stats.reps >= 20
+
+
+def test_the_minima_come_before_convergence() -> None:
+    settings = TimingSettings(warmup=0, min_reps=40, max_reps=1000, min_time_s=0.0, target_rel_ci=1.0, max_time_s=0)
+    timing = time_repeated(lambda: None, settings)
+    assert timing.stats.reps >= 40
+
+
+def test_max_reps_caps_the_repetitions_even_unconverged() -> None:
+    settings = TimingSettings(warmup=0, min_reps=2, max_reps=7, min_time_s=0.0, target_rel_ci=1e-9, max_time_s=60)
+    timing = time_repeated(lambda: busy_for(0.0002), settings)
+    assert timing.stats.reps == 7 and timing.stats.converged is False
+
+
+def test_the_clock_is_chosen_by_device_type() -> None:
+    assert isinstance(clock_for("cpu"), HostClock)
+    assert isinstance(clock_for("cuda"), CudaEventClock)  # torch is only touched on the first timed call
+    assert isinstance(clock_for("mps"), HostClock)
+
+
+class DeferredClock(HostClock):
+    """Host timing whose samples, like CUDA events, are only readable after a flush (the loop's batching
+    is exercised without a GPU; the device clock itself is tested on a GPU below)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.flushes: list[int] = []
+
+    @property
+    def pending(self) -> int:  # type: ignore[override]
+        return len(self._samples)
+
+    def flush(self) -> list[float]:
+        self.flushes.append(len(self._samples))
+        return super().flush()
+
+
+def test_deferred_samples_are_read_in_batches_and_none_is_lost() -> None:
+    clock = DeferredClock()
+    settings = TimingSettings(warmup=0, min_reps=200, max_reps=200, min_time_s=0.0, target_rel_ci=1.0)
+    timing = time_repeated(lambda: None, settings, clock=clock)
+    assert timing.stats.reps == 200 and len(timing.samples_ms) == 200
+    assert max(clock.flushes) <= EVENT_BATCH and sum(clock.flushes) == 200
+    assert len([f for f in clock.flushes if f]) < 200 / 4  # batches, not one synchronize per call
+
+
+@pytest.mark.gpu
+def test_cuda_events_time_device_work_without_a_synchronize_per_call() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    a = torch.randn(2048, 2048, device="cuda")
+    clock = CudaEventClock()
+    settings = TimingSettings(warmup=3, min_reps=20, max_reps=200, min_time_s=0.0, target_rel_ci=0.05)
+    timing = time_repeated(lambda: a @ a, settings, clock=clock)
+    host = time_repeated(lambda: a @ a, settings, torch.cuda.synchronize)
+    assert timing.stats.reps >= 20 and timing.launch_ms is not None
+    assert timing.launch_ms < timing.stats.median_ms  # launching is asynchronous
+    # device time of a 2048^3 GEMM: within a factor of two of the host clock with a synchronize
+    assert 0.5 < timing.stats.median_ms / host.stats.median_ms < 2.0
