@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 from dlbench.analysis.plots import plot_predicted_vs_measured, plot_ratio_distribution, plot_time_breakdown
-from dlbench.analysis.predict import op_type_frame, time_breakdown
+from dlbench.analysis.predict import measured, op_type_frame, time_breakdown
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ class Evaluation:
 
     @property
     def unmeasured(self) -> pd.DataFrame:
-        return self.frame[self.frame["status"] != "ok"]
+        return self.frame[~measured(self.frame)]
 
     @property
     def uncovered_op_types(self) -> list[str]:

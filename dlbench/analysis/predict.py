@@ -10,6 +10,7 @@ from typing import Any
 
 import pandas as pd
 
+from dlbench.analysis.results import MEASURED_STATUSES
 from dlbench.core.values import Measurement
 from dlbench.onnx.step import OPTIMIZER_PASS, TrainingStep
 
@@ -32,12 +33,7 @@ def prediction_frame(
         bench_ms = m.stats.median_ms if m is not None and m.ok and m.stats is not None else math.nan
         predicted = bench_ms * op.count if not math.isnan(bench_ms) else math.nan
         in_training = in_training_us.get(op.id, 0.0) / 1e3
-        if m is None:
-            status = "no benchmark"
-        elif m.ok:
-            status = "ok"
-        else:
-            status = "failed"
+        status = "no benchmark" if m is None else m.status  # ok, unstable (measured), unsupported, failed
         rows.append(
             {
                 "id": op.id,
@@ -60,6 +56,11 @@ def prediction_frame(
     return pd.DataFrame(rows)
 
 
+def measured(frame: pd.DataFrame) -> pd.Series:
+    """Rows with a benchmark time: ``ok``, and ``unstable`` (measured, not to the target precision)."""
+    return frame["status"].isin(MEASURED_STATUSES)
+
+
 def op_type_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """Per op_type: operations, occurrences, predicted and in-training time per step, ratio, coverage."""
     grouped = frame.groupby("op_type", sort=False)
@@ -68,7 +69,7 @@ def op_type_frame(frame: pd.DataFrame) -> pd.DataFrame:
         occurrences=("occurrences", "sum"),
         predicted_ms=("predicted_ms", lambda s: float(s.fillna(0).sum())),
         in_training_ms=("in_training_ms", "sum"),
-        benchmarked=("status", lambda s: int((s == "ok").sum())),
+        benchmarked=("status", lambda s: int(s.isin(MEASURED_STATUSES).sum())),
     ).reset_index()
     out["ratio_training_to_benchmark"] = out["in_training_ms"] / out["predicted_ms"].where(out["predicted_ms"] > 0)
     out["covered"] = out["benchmarked"] == out["operations"]
@@ -157,10 +158,10 @@ def prediction_terms(frame: pd.DataFrame, extra: Sequence[ExtraTerm] = ()) -> pd
     for group, source in OPERATOR_TERMS.items():
         part = groups[groups["group"] == group]
         rows.append({"term": group, "ms": float(part["predicted_ms"].fillna(0).sum()),
-                     "operations": int((part["status"] == "ok").sum()), "source": source})  # fmt: skip
+                     "operations": int(measured(part).sum()), "source": source})  # fmt: skip
     for term in extra:
         rows.append({"term": term.name, "ms": float(term.ms), "operations": 0, "source": term.source})
-    missing = frame[frame["status"] != "ok"]
+    missing = frame[~measured(frame)]
     rows.append({"term": "unmeasured operations", "ms": 0.0, "operations": len(missing),
                  "source": "no benchmark measured them; counted as 0 ms"})  # fmt: skip
     return pd.DataFrame(rows, columns=["term", "ms", "operations", "source"])
@@ -178,7 +179,8 @@ def prediction_metrics(
     terms = prediction_terms(frame) if terms is None else terms
     predicted = float(terms["ms"].sum())
     assigned = float(frame["in_training_ms"].sum())
-    covered = float(frame.loc[frame["status"] == "ok", "in_training_ms"].sum())
+    ok = measured(frame)
+    covered = float(frame.loc[ok, "in_training_ms"].sum())
     operator_ms = match.total_us() / 1e3
     base = profiled_ms if profiled_ms and math.isfinite(profiled_ms) and profiled_ms > 0 else operator_ms
     metrics = {
@@ -194,12 +196,12 @@ def prediction_metrics(
         "outside_operators_pct": 100.0 * max(base - operator_ms, 0.0) / base if base else math.nan,
         "in_training_covered_ms": covered,
         "operations": float(len(frame)),
-        "operations_benchmarked": float((frame["status"] == "ok").sum()),
-        "operations_unmeasured": float((frame["status"] != "ok").sum()),
-        "unmeasured_in_training_ms": float(frame.loc[frame["status"] != "ok", "in_training_ms"].sum()),
+        "operations_benchmarked": float(ok.sum()),
+        "operations_unmeasured": float((~ok).sum()),
+        "unmeasured_in_training_ms": float(frame.loc[~ok, "in_training_ms"].sum()),
         **{f"predicted_ms.{_metric_key(r.term)}": float(r.ms) for r in terms.itertuples() if r.ms},
     }
-    covered_predicted = float(frame.loc[frame["status"] == "ok", "predicted_ms"].sum())
+    covered_predicted = float(frame.loc[ok, "predicted_ms"].sum())
     if covered_predicted > 0:
         metrics["covered_ratio_training_to_benchmark"] = covered / covered_predicted
     return metrics

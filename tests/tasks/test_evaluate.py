@@ -56,7 +56,7 @@ def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_
     operations = table(store, run.info.run_id, "operations.csv")
     gemm = operations[operations["op_type"] == "Gemm"]
     assert set(gemm["pass"]) == {"forward", "backward_a", "backward_b"}
-    assert (gemm["status"] == "ok").all() and (gemm["benchmark_ms"] > 0).all()
+    assert gemm["status"].isin(("ok", "unstable")).all() and (gemm["benchmark_ms"] > 0).all()
     assert gemm["in_training_ms"].sum() > 0
     predicted = (operations["benchmark_ms"].fillna(0) * operations["occurrences"]).sum()
     terms = table(store, run.info.run_id, "prediction_terms.csv").set_index("term")["ms"]

@@ -135,7 +135,7 @@ def test_bfloat16_trains_and_measures_in_bfloat16(tmp_path: Path, store: Store):
     assert result.returncode == 0, result.stderr[-3000:]
     (run,) = mlflow_runs(store)
     assert run.data.params["dtype"] == "bfloat16" and run.data.params["benchmark_dtype"] == "bfloat16"
-    gemm = table(store, run.info.run_id, "operations.csv").query("op_type == 'Gemm' and status == 'ok'")
+    gemm = table(store, run.info.run_id, "operations.csv").query("op_type == 'Gemm' and status in ('ok', 'unstable')")
     assert len(gemm), "the Gemm operations were measured in bfloat16"
     first = gemm.iloc[0]
     m, k, n = (int(v.split("=")[1]) for v in first["params"].split(";")[:3])
