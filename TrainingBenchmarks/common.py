@@ -17,11 +17,11 @@ import torch
 
 try:
     from dlbench.instrument import finish as finish_instrumentation
-    from dlbench.instrument import op_performance_analysis
+    from dlbench.instrument import op_performance_analysis, report_parameters
 except ImportError:  # plain training, no dlbench around
 
     class _NoInstrumentation:
-        def __init__(self, batch_idx: int) -> None:
+        def __init__(self, batch_idx: int, *args: Any) -> None:
             self.batch_idx = batch_idx
 
         def __enter__(self) -> _NoInstrumentation:
@@ -33,11 +33,17 @@ except ImportError:  # plain training, no dlbench around
         def log(self, **values: float) -> None:
             pass
 
-    def op_performance_analysis(batch_idx: int) -> Any:  # type: ignore[misc]
+    def op_performance_analysis(batch_idx: int, *args: Any) -> Any:  # type: ignore[misc]
         return _NoInstrumentation(batch_idx)
 
     def finish_instrumentation() -> None:  # type: ignore[misc]
         pass
+
+    def report_parameters(**params: Any) -> None:  # type: ignore[misc]
+        pass
+
+
+DTYPES = ("float32", "bfloat16", "float16")
 
 
 def base_parser(description: str, *, batch_size: int, lr: float, steps: int = 30) -> argparse.ArgumentParser:
@@ -47,6 +53,7 @@ def base_parser(description: str, *, batch_size: int, lr: float, steps: int = 30
     parser.add_argument("--steps", type=int, default=steps, help="training steps (batches)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
+    parser.add_argument("--dtype", default="float32", choices=DTYPES, help="dtype of the weights and activations")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data and the weights")
     parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
     parser.add_argument("--data-batches", type=int, default=4, help="distinct synthetic batches, cycled")
@@ -107,14 +114,19 @@ def train(
     args: argparse.Namespace,
     name: str,
 ) -> list[float]:
-    """The ordinary training loop, each step wrapped in ``op_performance_analysis``; returns the losses."""
+    """The ordinary training loop, each step wrapped in ``op_performance_analysis`` (which is handed the network
+    and the batch, so dlbench can export the network on request); returns the losses."""
+    report_parameters(**{k: v for k, v in vars(args).items() if k not in ("quiet", "export_onnx")})
+    dtype = getattr(torch, args.dtype)
+    model.to(dtype)  # the whole step in this dtype: weights, activations, gradients, optimizer state
+    batches = [(x.to(dtype) if x.is_floating_point() else x, y) for x, y in batches]
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
     model.train()
     losses = []
     start = time.perf_counter()
     for batch_idx in range(args.steps):
         inputs, targets = batches[batch_idx % len(batches)]
-        with op_performance_analysis(batch_idx) as batch:
+        with op_performance_analysis(batch_idx, inputs, model) as batch:
             step_start = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(inputs), targets)

@@ -92,6 +92,11 @@ def _linear(x: Shape, w: Shape) -> dict[str, Any]:
     return gemm_signature(math.prod(x[:-1]) if len(x) > 1 else 1, x[-1], w[0], 1)
 
 
+def _logits(x: Shape) -> dict[str, Any]:
+    """A loss's input as (rows, classes): classes on the last axis, everything before it rows."""
+    return {"N": math.prod(x[:-1]) if len(x) > 1 else 1, "C": x[-1] if x else 1}
+
+
 ShapeReader = Callable[[str, Sequence[Any]], dict[str, Any]]
 
 #: ``shapes`` kinds of the table: recorded input shapes -> the descriptors they determine.
@@ -106,6 +111,8 @@ SHAPE_READERS: dict[str, ShapeReader] = {
     "first": lambda t, s: _nchw_fields(t, _tensor(s, 0)),
     "backward_grad_input": lambda t, s: _nchw_fields(t, _tensor(s, 1)),
     "pair": lambda t, s: {**_nchw_fields(t, _tensor(s, 0)), **_nchw_fields(t, _tensor(s, 1), "_b")},
+    "logits": lambda t, s: _logits(_tensor(s, 0)),
+    "logits_grad_input": lambda t, s: _logits(_tensor(s, 1)),
     "any": lambda t, s: {},
 }
 

@@ -145,6 +145,27 @@ def plot_results(frame: pd.DataFrame, title: str):  # -> matplotlib Figure
     return fig
 
 
+def plot_ratio_distribution(frame: pd.DataFrame, title: str):
+    """How far in-training time strays from benchmark time: a histogram of in-training / benchmark per
+    operation (log scale), weighted by the operation's in-training time, so the costly ones dominate."""
+    plt = _pyplot()
+    ratios = frame[["ratio_training_to_benchmark", "in_training_ms"]].dropna()
+    ratios = ratios[(ratios["ratio_training_to_benchmark"] > 0) & (ratios["in_training_ms"] > 0)]
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    if len(ratios):
+        low = min(ratios["ratio_training_to_benchmark"].min(), 0.5)
+        high = max(ratios["ratio_training_to_benchmark"].max(), 2.0)
+        bins = [low * (high / low) ** (i / 30) for i in range(31)]
+        ax.hist(ratios["ratio_training_to_benchmark"], bins=bins, weights=ratios["in_training_ms"], color="tab:blue")
+        ax.axvline(1.0, color="black", linewidth=1)
+        ax.set_xscale("log")
+    ax.set_xlabel("in-training time / benchmark time per operation (1: the benchmark predicts it exactly)")
+    ax.set_ylabel("in-training time [ms per step]")
+    ax.set_title(f"{title}: {len(ratios)} operations")
+    fig.tight_layout()
+    return fig
+
+
 def _along(frame: pd.DataFrame, x: str, order: list) -> pd.Series:
     """Positions on the x axis: the batch size itself, or the index of a categorical value in ``order``."""
     return frame[x] if not order else frame[x].map({v: i for i, v in enumerate(order)})

@@ -4,11 +4,13 @@ from operator benchmarks, set against the time each operation took in the profil
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import pandas as pd
 
+from dlbench.analysis.results import MEASURED_STATUSES
 from dlbench.core.values import Measurement
 from dlbench.onnx.step import OPTIMIZER_PASS, TrainingStep
 
@@ -31,12 +33,7 @@ def prediction_frame(
         bench_ms = m.stats.median_ms if m is not None and m.ok and m.stats is not None else math.nan
         predicted = bench_ms * op.count if not math.isnan(bench_ms) else math.nan
         in_training = in_training_us.get(op.id, 0.0) / 1e3
-        if m is None:
-            status = "no benchmark"
-        elif m.ok:
-            status = "ok"
-        else:
-            status = "failed"
+        status = "no benchmark" if m is None else m.status  # ok, unstable (measured), unsupported, failed
         rows.append(
             {
                 "id": op.id,
@@ -59,6 +56,11 @@ def prediction_frame(
     return pd.DataFrame(rows)
 
 
+def measured(frame: pd.DataFrame) -> pd.Series:
+    """Rows with a benchmark time: ``ok``, and ``unstable`` (measured, not to the target precision)."""
+    return frame["status"].isin(MEASURED_STATUSES)
+
+
 def op_type_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """Per op_type: operations, occurrences, predicted and in-training time per step, ratio, coverage."""
     grouped = frame.groupby("op_type", sort=False)
@@ -67,29 +69,106 @@ def op_type_frame(frame: pd.DataFrame) -> pd.DataFrame:
         occurrences=("occurrences", "sum"),
         predicted_ms=("predicted_ms", lambda s: float(s.fillna(0).sum())),
         in_training_ms=("in_training_ms", "sum"),
-        benchmarked=("status", lambda s: int((s == "ok").sum())),
+        benchmarked=("status", lambda s: int(s.isin(MEASURED_STATUSES).sum())),
     ).reset_index()
     out["ratio_training_to_benchmark"] = out["in_training_ms"] / out["predicted_ms"].where(out["predicted_ms"] > 0)
     out["covered"] = out["benchmarked"] == out["operations"]
     return out.sort_values("in_training_ms", ascending=False, ignore_index=True)
 
 
-def measured_step_ms(batches: pd.DataFrame, warmup: int) -> tuple[float, float]:
-    """(median unprofiled step after the warm-up, median profiled step) in ms from ``batches.csv``.
+def measured_step_ms(batches: pd.DataFrame, warmup: int) -> tuple[float, float, int]:
+    """(median unprofiled step after the warm-up, median profiled step) in ms from ``batches.csv``, and how
+    many unprofiled steps after the warm-up there were.
 
     Profiled steps are slower (the profiler costs microseconds per operator call), so the step time the
-    prediction is compared with is that of the unprofiled steps after the warm-up."""
-    unprofiled = batches[(batches["profiled"] == 0) & (batches["step"] >= warmup)]
-    if unprofiled.empty:
-        unprofiled = batches[batches["profiled"] == 0]
+    prediction is compared with is that of the unprofiled steps after the warm-up; warm-up steps never count."""
+    steady = batches[(batches["profiled"] == 0) & (batches["step"] >= warmup)]
     profiled = batches[batches["profiled"] == 1]
-    steady = float(unprofiled["wall_s"].median()) * 1e3 if len(unprofiled) else math.nan
-    prof = float(profiled["wall_s"].median()) * 1e3 if len(profiled) else math.nan
-    return steady, prof
+    steady_ms = float(steady["wall_s"].median()) * 1e3 if len(steady) else math.nan
+    profiled_ms = float(profiled["wall_s"].median()) * 1e3 if len(profiled) else math.nan
+    return steady_ms, profiled_ms, len(steady)
+
+
+#: The operator terms of a prediction, by pass group, with what each sums.
+OPERATOR_TERMS = {
+    "forward": "operators: forward passes (benchmark median x occurrences)",
+    "backward": "operators: backward passes (unfolded gradient problems)",
+    "loss": "loss: forward and backward at the logits' shape",
+    "optimizer": "optimizer: the in-place update of every parameter tensor",
+}
+
+
+@dataclass(frozen=True)
+class ExtraTerm:
+    """A term not made of operations: an effect measured by its own microbenchmark and applied the same way
+    to every model (e.g. the framework's per-operator dispatch cost times the graph's operator count)."""
+
+    name: str
+    ms: float
+    source: str
+
+
+#: One-element operators per benchmark call of the framework microbenchmark (its time is per this many).
+FRAMEWORK_OPS = 64
+#: FrameworkOverhead modes: plain dispatch, dispatch with autograd recording, autograd engine per node.
+FRAMEWORK_MODES = {"dispatch": 0, "recording": 1, "engine": 2}
+
+
+def framework_terms(autograd_nodes: int, layout_nodes: int, per_op_ms: Mapping[str, float]) -> list[ExtraTerm]:
+    """The framework's cost beyond the operator benchmarks, from its microbenchmark (``per_op_ms`` by mode, ms
+    per one-element operator) and the graph's counts: each autograd-recorded node records a graph node in the
+    forward pass and runs through the autograd engine in the backward pass; each layout-only node (a view,
+    no elements moved, so no operator benchmark) still costs one dispatch. The operator benchmarks already
+    hold each operator's plain dispatch, so for them only what autograd adds counts here."""
+    base = per_op_ms.get("dispatch")
+    if base is None:
+        return []
+    terms = []
+    if layout_nodes:
+        terms.append(
+            ExtraTerm(
+                "framework: layout-only operators",
+                layout_nodes * base,
+                f"dispatch of views and reshapes: {layout_nodes} nodes x {1e3 * base:.3g} us (FrameworkOverhead "
+                "mode 0, one-element operators)",
+            )
+        )
+    if not autograd_nodes:
+        return terms
+    for mode, what in (("recording", "autograd recording in the forward pass"),
+                       ("engine", "autograd engine in the backward pass")):  # fmt: skip
+        if mode in per_op_ms:
+            extra = max(per_op_ms[mode] - base, 0.0)
+            terms.append(
+                ExtraTerm(
+                    f"framework: {mode}",
+                    autograd_nodes * extra,
+                    f"{what}: {autograd_nodes} nodes x {1e3 * extra:.3g} us (FrameworkOverhead mode "
+                    f"{FRAMEWORK_MODES[mode]} minus plain dispatch, one-element operators)",
+                )
+            )
+    return terms
+
+
+def prediction_terms(frame: pd.DataFrame, extra: Sequence[ExtraTerm] = ()) -> pd.DataFrame:
+    """The prediction as named lines that add up to it: operator benchmarks by pass group, each extra term,
+    and a line counting operations without a measurement (0 ms: the prediction leaves them out)."""
+    groups = frame.assign(group=frame["pass"].map(_pass_group))
+    rows = []
+    for group, source in OPERATOR_TERMS.items():
+        part = groups[groups["group"] == group]
+        rows.append({"term": group, "ms": float(part["predicted_ms"].fillna(0).sum()),
+                     "operations": int(measured(part).sum()), "source": source})  # fmt: skip
+    for term in extra:
+        rows.append({"term": term.name, "ms": float(term.ms), "operations": 0, "source": term.source})
+    missing = frame[~measured(frame)]
+    rows.append({"term": "unmeasured operations", "ms": 0.0, "operations": len(missing),
+                 "source": "no benchmark measured them; counted as 0 ms"})  # fmt: skip
+    return pd.DataFrame(rows, columns=["term", "ms", "operations", "source"])
 
 
 def prediction_metrics(
-    frame: pd.DataFrame, match: Any, measured_ms: float, profiled_ms: float, nodes_total: int, nodes_served: int
+    frame: pd.DataFrame, match: Any, measured_ms: float, profiled_ms: float, terms: pd.DataFrame | None = None
 ) -> dict[str, float]:
     """Run-level figures. Shares are of the profiled step's wall time (``profiled_ms``):
 
@@ -97,9 +176,11 @@ def prediction_metrics(
       any operator);
     - ``uncovered_time_pct``: time of operations that have no benchmark measurement.
     """
-    predicted = float(frame["predicted_ms"].fillna(0).sum())
+    terms = prediction_terms(frame) if terms is None else terms
+    predicted = float(terms["ms"].sum())
     assigned = float(frame["in_training_ms"].sum())
-    covered = float(frame.loc[frame["status"] == "ok", "in_training_ms"].sum())
+    ok = measured(frame)
+    covered = float(frame.loc[ok, "in_training_ms"].sum())
     operator_ms = match.total_us() / 1e3
     base = profiled_ms if profiled_ms and math.isfinite(profiled_ms) and profiled_ms > 0 else operator_ms
     metrics = {
@@ -115,13 +196,19 @@ def prediction_metrics(
         "outside_operators_pct": 100.0 * max(base - operator_ms, 0.0) / base if base else math.nan,
         "in_training_covered_ms": covered,
         "operations": float(len(frame)),
-        "operations_benchmarked": float((frame["status"] == "ok").sum()),
-        "nodes_served_pct": 100.0 * nodes_served / nodes_total if nodes_total else math.nan,
+        "operations_benchmarked": float(ok.sum()),
+        "operations_unmeasured": float((~ok).sum()),
+        "unmeasured_in_training_ms": float(frame.loc[~ok, "in_training_ms"].sum()),
+        **{f"predicted_ms.{_metric_key(r.term)}": float(r.ms) for r in terms.itertuples() if r.ms},
     }
-    covered_predicted = float(frame.loc[frame["status"] == "ok", "predicted_ms"].sum())
+    covered_predicted = float(frame.loc[ok, "predicted_ms"].sum())
     if covered_predicted > 0:
         metrics["covered_ratio_training_to_benchmark"] = covered / covered_predicted
     return metrics
+
+
+def _metric_key(term: str) -> str:
+    return "".join(c if c.isalnum() else "_" for c in term).strip("_")
 
 
 def _nonnegative(value: float) -> float:

@@ -64,6 +64,9 @@ def operation_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int = 4) 
         if op_type == "SGD":  # buf = m buf + g; p -= lr buf: 3 FLOPs, 3 reads and 2 writes per element
             e = _elements(p)
             return float(3 * e), dtype_bytes * float(5 * e)
+        if op_type == "SoftmaxCrossEntropyLoss":  # log_softmax + gather; backward: zero, scatter, softmax grad
+            e = int(p["N"]) * int(p["C"])
+            return float(5 * e), dtype_bytes * float((2 if mode == 0 else 4) * e)
         if op_type in ("Softmax", "LayerNormalization"):
             e = _elements(p)
             return float(5 * e if op_type == "Softmax" else 8 * e), dtype_bytes * float(2 * e)

@@ -55,6 +55,9 @@ DESCRIPTORS: dict[str, list[str]] = {
     "Softmax": SOFTMAX,
     "LayerNormalization": LAYERNORM,
     "SGD": "N C H W".split(),  # one optimizer update of a parameter tensor of this shape
+    "SoftmaxCrossEntropyLoss": "N C mode".split(),  # N rows of C classes (the training step's loss)
+    # a batch of ``ops`` operators too small to compute: the framework's own cost per operator
+    "FrameworkOverhead": "ops mode".split(),
     **{op: ELEMENTWISE for op in ("Sqrt", "Erf", "Tanh", "Sigmoid", "Exp", "Log", "Neg", "Clip")},
     "Gelu": GELU,
     "Cast": CAST,

@@ -46,6 +46,10 @@ class GraphFacts:
     output_shapes: Mapping[str, tuple[int, ...]]  # graph outputs with a static shape
     outputs: tuple[str, ...]
     output_producers: Mapping[str, tuple[str, int]] = field(default_factory=dict)  # tensor -> (node, index)
+    #: nodes the framework runs per step (Constant nodes and constant-only subgraphs excluded)
+    forward_nodes: int = 0
+    #: of those, the nodes autograd records (an input needs a gradient): each runs again in the backward pass
+    autograd_nodes: int = 0
 
     def with_inferred_outputs(self, nodes: Sequence[Any]) -> GraphFacts:
         """Fill graph output shapes the file leaves symbolic from an extraction's inferred node outputs
@@ -91,6 +95,7 @@ def graph_facts(model_path: str | Path, batch_size: int | None = None) -> GraphF
     producers: dict[str, str] = {}
     output_producers: dict[str, tuple[str, int]] = {}
     node_inputs: dict[str, tuple[str, ...]] = {}
+    forward_nodes = autograd_nodes = 0
     for index, node in enumerate(graph.node):
         name = node.name or f"{node.op_type}_{index}"
         inputs = tuple(node.input)
@@ -98,11 +103,15 @@ def graph_facts(model_path: str | Path, batch_size: int | None = None) -> GraphF
         present = [i for i in inputs if i]
         if node.op_type == "Constant" or (present and all(i in constants for i in present)):
             constants.update(o for o in node.output if o)
+            continue
+        forward_nodes += 1
         if node.op_type not in NON_DIFFERENTIABLE and any(i in requires for i in present):
             requires.update(o for o in node.output if o)
+            autograd_nodes += 1
+    for index, node in enumerate(graph.node):
         for position, out in enumerate(node.output):
             producers[out] = node.op_type
-            output_producers[out] = (name, position)
+            output_producers[out] = (node.name or f"{node.op_type}_{index}", position)
     output_shapes = {}
     for out in graph.output:
         dims = out.type.tensor_type.shape.dim
@@ -126,6 +135,8 @@ def graph_facts(model_path: str | Path, batch_size: int | None = None) -> GraphF
         output_shapes=output_shapes,
         outputs=tuple(o.name for o in graph.output),
         output_producers=output_producers,
+        forward_nodes=forward_nodes,
+        autograd_nodes=autograd_nodes,
     )
 
 
@@ -155,8 +166,8 @@ def training_step(
     - ``prune_gradients``: a derived pass runs once per node whose differentiated input needs a gradient
       (the first layer computes no data gradient);
     - ``fuse_bias_add``: an Add of a constant right after a MatMul/Gemm is PyTorch's addmm, not a kernel;
-    - ``loss``: cross entropy on the first graph output, as a Softmax forward and backward on it flattened
-      to (rows, classes);
+    - ``loss``: cross entropy on the first graph output flattened to (rows, classes), forward and backward
+      (``SoftmaxCrossEntropyLoss``; ``op_type: Softmax`` approximates it by a Softmax forward and backward);
     - ``optimizer``: per parameter tensor one ``SGD`` operation of its shape (the in-place momentum update,
       measured by :mod:`dlbench.evaluate`), or ``updates_per_parameter`` operations of another op_type.
     """
@@ -192,9 +203,13 @@ def training_step(
         shape = facts.output_shapes.get(facts.outputs[0])
         if shape:
             rows, classes = math.prod(shape[:-1]) if len(shape) > 1 else 1, shape[-1]
-            op_type = str(loss.get("op_type", "Softmax"))
+            op_type = str(loss.get("op_type", "SoftmaxCrossEntropyLoss"))
             for mode, pass_name in enumerate(LOSS_PASSES):
-                params = {"N": 1, "C": 1, "H": rows, "W": classes, "axis": 3, "mode": mode}
+                params = (
+                    {"N": rows, "C": classes, "mode": mode}
+                    if op_type == "SoftmaxCrossEntropyLoss"
+                    else {"N": 1, "C": 1, "H": rows, "W": classes, "axis": 3, "mode": mode}  # a Softmax stand-in
+                )
                 operations.append(_synthetic(next_id, op_type, params, 1, f"loss:{facts.outputs[0]}", dtype_bytes))
                 passes[next_id] = pass_name
                 next_id += 1

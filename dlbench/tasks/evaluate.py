@@ -1,51 +1,64 @@
 """task=evaluate: predict a training benchmark's step time from operator benchmarks and check it against
 the instrumented training, as one MLflow run with per-operation and per-op_type tables and plots.
 
-Steps: export the script's model to ONNX at the batch size, extract and unfold it into a training step's
-operations, run the instrumented training (profile + unprofiled step times), measure the operations
-with the chosen backend's benchmarks, match profiled operators to operations, log.
+Steps: run the instrumented training (profile, unprofiled step times, what the script ran with, and its
+network exported to ONNX by the context manager), extract and unfold the network into a training step's
+operations, measure them with the chosen backend's benchmarks, match profiled operators to operations, log.
 """
 
 from __future__ import annotations
 
 import logging
-import math
 import os
+import shlex
 import shutil
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 import pandas as pd
 
 from dlbench.analysis import match
+from dlbench.analysis.evaluation import Evaluation, log_evaluation, print_evaluation
 from dlbench.analysis.match import match_profile, profile_per_step
-from dlbench.analysis.plots import plot_predicted_vs_measured, plot_time_breakdown
 from dlbench.analysis.predict import (
+    FRAMEWORK_MODES,
+    FRAMEWORK_OPS,
+    framework_terms,
     measured_step_ms,
-    op_type_frame,
     prediction_frame,
     prediction_metrics,
-    time_breakdown,
+    prediction_terms,
 )
 from dlbench.analysis.report import log_workload
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
+from dlbench.core.descriptors import DTYPE_BYTES, operation_cost
 from dlbench.core.device import resolve_device
 from dlbench.core.errors import TaskFailed
-from dlbench.core.values import Measurement
+from dlbench.core.values import Measurement, Operation
 from dlbench.onnx import unfold
 from dlbench.onnx.errors import ExtractionError
 from dlbench.onnx.extract import extract_operations
 from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.step import graph_facts, training_step
 from dlbench.operators.measure import measure_with_progress
-from dlbench.operators.plan import plan_benchmarks
+from dlbench.operators.plan import model_coverage, plan_benchmarks
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
 from dlbench.tracking.runs import job_run_name, open_run
-from dlbench.training.scripts import export_model, run_training, training_entry
+from dlbench.training.facts import effective_params
+from dlbench.training.profile import BATCHES_FILE
+from dlbench.training.scripts import (
+    MIN_STEADY_STEPS,
+    check_ran_in_dtype,
+    check_steady_steps,
+    check_training_dtype,
+    run_training,
+    training_entry,
+)
 
 #: The optimizer update's op_type; training runs PyTorch's optimizer whatever the backend measures
 SGD_OP_TYPE = "SGD"
+FRAMEWORK_OP_TYPE = "FrameworkOverhead"
 
 log = logging.getLogger(__name__)
 
@@ -95,6 +108,34 @@ def measure_step(cfg: DlbenchConfig, ctx: AppContext, operations, device: str, r
     return measurements, implementations, plan
 
 
+def measure_framework(cfg: DlbenchConfig, ctx: AppContext, registry: Registry, device: str, run) -> dict[str, float]:
+    """ms per one-element operator of PyTorch's plain dispatch, autograd recording and autograd engine (the
+    FrameworkOverhead benchmark of the torch backend: training runs PyTorch whatever ``backend`` measures)."""
+    entries = registry.serving(FRAMEWORK_OP_TYPE, "torch", device)
+    if not entries or entries[0].unavailable_reason:
+        log.warning("no torch %s benchmark on %s: the prediction has no framework terms", FRAMEWORK_OP_TYPE, device)
+        return {}
+    operations = [
+        Operation(mode, FRAMEWORK_OP_TYPE, (("ops", FRAMEWORK_OPS), ("mode", mode)), name=f"framework_{name}")
+        for name, mode in FRAMEWORK_MODES.items()
+    ]
+    result, files = measure_with_progress(
+        entries[0], operations, run_settings(cfg, device), ctx.output_dir / "protocol", "framework", cfg.quiet
+    )
+    for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
+        if path is not None and path.exists():
+            run.log_artifact(path, "protocol")
+    if result.interference is not None and result.interference.noisy:
+        run.set_tags({"dlbench.noisy": "true", "dlbench.noisy_reason": result.interference.reason})
+    if result.interrupted:
+        raise KeyboardInterrupt(f"{entries[0].name} was interrupted")
+    return {
+        name: result.measurements[mode].stats.median_ms / FRAMEWORK_OPS
+        for name, mode in FRAMEWORK_MODES.items()
+        if result.measurements[mode].ok
+    }
+
+
 def optimizer_benchmark(registry: Registry, device: str):
     """The torch entry that times PyTorch's in-place optimizer update: training runs it whatever
     ``backend`` measures the other operations."""
@@ -104,35 +145,38 @@ def optimizer_benchmark(registry: Registry, device: str):
     return entries[0]
 
 
-def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
-    bench = cfg.benchmark
-    if bench is None or bench.kind != "training":
-        raise TaskFailed("task=evaluate needs a training benchmark, e.g. +benchmark=resnet_cifar task=evaluate")
-    registry = load_registry(ctx.config_dirs)
-    entry, arguments = training_entry(cfg, registry)
-    device = resolve_device(cfg.device)
-    table = match_table(cfg)
-    unfold_table = training_unfold_table(cfg)
-    workdir = ctx.output_dir / "evaluate" / bench.name
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
-
-    name = job_run_name(cfg, bench.name, ["eval", cfg.backend], device)
-    params = {
-        "benchmark": bench.name,
+def evaluation_params(cfg: DlbenchConfig, entry, device: str, table, unfold_table) -> dict[str, object]:
+    """What dlbench decides about the evaluation; what the script ran with comes from its own report."""
+    return {
+        "benchmark": cfg.benchmark.name if cfg.benchmark else "",
         "training": entry.name,
         "backend": cfg.backend,
-        "batch_size": cfg.batch_size,
-        "dtype": cfg.dtype,
-        "threads": cfg.threads,
-        "device": device,
-        "steps": cfg.steps,
+        "benchmark_device": device,
+        "benchmark_threads": cfg.threads,
+        "benchmark_dtype": cfg.dtype,
+        "command": shlex.join(entry.command),
         **{f"profile.{k}": v for k, v in asdict(cfg.profile).items()},
         **{f"measure.{k}": v for k, v in asdict(cfg.measure).items()},
         **{f"match.training.{k}": v for k, v in table.training.items()},
         "match_table": table.source,
         "unfold_table": unfold_table.source,
     }
+
+
+def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
+    bench = cfg.benchmark
+    if bench is None or bench.kind != "training":
+        raise TaskFailed("task=evaluate needs a training benchmark, e.g. +benchmark=resnet_cifar task=evaluate")
+    registry = load_registry(ctx.config_dirs)
+    entry, arguments = training_entry(cfg, registry)
+    check_training_dtype(cfg, entry)
+    check_steady_steps(cfg, entry)
+    device = resolve_device(cfg.device)
+    table = match_table(cfg)
+    unfold_table = training_unfold_table(cfg)
+    workdir = ctx.output_dir / "evaluate" / bench.name
+    shutil.rmtree(workdir, ignore_errors=True)
+    workdir.mkdir(parents=True)
     load_start = os.getloadavg()[0]
     if cfg.threads == 0 and load_start > (os.cpu_count() or 1):
         log.warning(
@@ -141,25 +185,38 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             load_start,
             os.cpu_count() or 1,
         )
+    name = job_run_name(cfg, bench.name, ["eval", cfg.backend], device)
+    params = evaluation_params(cfg, entry, device, table, unfold_table)
     with open_run(cfg, ctx, kind="evaluation", benchmark=bench.name, name=name, params=params) as run:
-        model_path = export_model(cfg, entry, arguments, workdir)
+        log.info("training %s (profiling %d batches after %d)", entry.name, cfg.profile.batches, cfg.profile.warmup)
+        trained = run_training(cfg, entry, arguments, workdir, export=True)
+        run.log_params(script_params(trained.facts, params))
+        check_ran_in_dtype(cfg, entry, trained.facts)
+        batches = pd.read_csv(trained.profile_dir / BATCHES_FILE)
+        measured_ms, profiled_ms, steady = measured_step_ms(batches, cfg.profile.warmup)
+        if steady < MIN_STEADY_STEPS:
+            raise TaskFailed(
+                f"training {entry.name} ran {len(batches)} steps: {steady} unprofiled after the warm-up "
+                f"(profile.warmup={cfg.profile.warmup}, profile.batches={cfg.profile.batches}), fewer than the "
+                f"{MIN_STEADY_STEPS} the measured step time needs; run more steps"
+            )
+        assert trained.model_path is not None
+        batch_size = int(trained.facts.get("observed", {}).get("batch_size", cfg.batch_size))
         try:
-            extraction = extract_operations(model_path, cfg.batch_size, training=True)
+            extraction = extract_operations(trained.model_path, batch_size, training=True)
         except ExtractionError as err:
             raise TaskFailed(str(err)) from err
-        forward = deduplicate(extraction.operations())
+        forward = with_dtype_costs(deduplicate(extraction.operations()), cfg.dtype)
         unfolding = unfold.unfold_operations(forward, unfold_table)
-        facts = graph_facts(model_path, cfg.batch_size).with_inferred_outputs(extraction.nodes)
-        step = training_step(forward, unfolding, facts, table.training)
+        facts = graph_facts(trained.model_path, batch_size).with_inferred_outputs(extraction.nodes)
+        step = training_step(forward, unfolding, facts, table.training, DTYPE_BYTES.get(cfg.dtype, 4))
         run.set_tags({"dlbench.model_sha256": extraction.sha256})
-        log_workload(run, step.operations, f"{bench.name}-training-step", str(model_path))
+        log_workload(run, step.operations, f"{bench.name}-training-step", str(trained.model_path))
         run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations)})
-        log.info("training %s for %d steps (profiling %d)", entry.name, cfg.steps, cfg.profile.batches)
-        profile_dir, process = run_training(cfg, entry, arguments, workdir)
         measurements, implementations, plan = measure_step(cfg, ctx, step.operations, device, run)
 
         time_column = "self_device_us" if device == "cuda" else "self_cpu_us"
-        profile = profile_per_step(profile_dir, time_column)
+        profile = profile_per_step(trained.profile_dir, time_column)
         weights = {
             op.id: measurements[op.id].stats.median_ms * op.count
             for op in step.operations
@@ -167,75 +224,38 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         }
         matched = match_profile(profile, step.operations, step.passes, table, weights)
         frame = prediction_frame(step, measurements, implementations, matched.assigned_us)
-        per_type = op_type_frame(frame)
-        batches = pd.read_csv(profile_dir / "batches.csv")
-        measured_ms, profiled_ms = measured_step_ms(batches, cfg.profile.warmup)
-        served_nodes = sum(
-            count for op_type, count in extraction.node_counts.items() if registry.serving(op_type, cfg.backend, device)
-        )
-        metrics = prediction_metrics(frame, matched, measured_ms, profiled_ms, extraction.total_nodes, served_nodes)
-        breakdown = time_breakdown(frame, matched, profiled_ms)
-        uncovered = sorted(set(frame.loc[frame["status"] != "ok", "op_type"]))
-
+        framework_ms = measure_framework(cfg, ctx, registry, device, run)
+        layout = len(extraction.layout_nodes)
+        terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, layout, framework_ms))
+        coverage = model_coverage(extraction, plan.served_types)
+        metrics = prediction_metrics(frame, matched, measured_ms, profiled_ms, terms)
+        metrics.update(coverage.metrics())
         metrics.update({"load_average_start": load_start, "load_average_end": os.getloadavg()[0]})
-        run.log_metrics({k: v for k, v in metrics.items() if v == v})
-        run.log_table(frame, "operations.csv")
-        run.log_table(per_type, "op_types.csv")
-        run.log_table(breakdown, "time_breakdown.csv")
-        run.log_table(matched.rows, "profile_matching.csv")
-        run.log_table(matched.unmatched(), "unmatched_ops.csv")
-        run.log_artifact(model_path, "model")
-        for path in sorted(profile_dir.glob("*.csv")):
+        notes = list(step.notes) + [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
+        evaluation = Evaluation(frame, terms, matched, metrics, profiled_ms, tuple(notes))
+        title = f"{bench.name} bs{batch_size} {cfg.backend} {device}"
+        log_evaluation(run, evaluation, cfg.backend, title)
+        run.log_artifact(trained.model_path, "model")
+        for path in sorted(trained.profile_dir.glob("*.csv")) + sorted(trained.profile_dir.glob("*.json")):
             run.log_artifact(path, "profile")
-        for path in (workdir / "stderr.txt", workdir / "export_stderr.txt"):
-            if path.exists():
-                run.log_artifact(path)
-        notes = list(step.notes)
-        if uncovered:
-            notes.append(f"op types without a {cfg.backend} benchmark measurement: {', '.join(uncovered)}")
-        for name, reason in plan.unavailable.items():
-            notes.append(f"benchmark {name} not available here: {reason}")
-        run.log_text("\n".join(notes) + "\n", "notes.txt")
-        run.set_tags({"dlbench.uncovered_op_types": ",".join(uncovered)})
-        import matplotlib.pyplot as plt
-
-        title = f"{bench.name} bs{cfg.batch_size} {cfg.backend} {device}"
-        fig = plot_predicted_vs_measured(per_type, title)
-        run.log_figure(fig, "predicted_vs_measured.png")
-        plt.close(fig)
-        fig = plot_time_breakdown(breakdown, title, measured_ms, metrics["step_time_predicted_ms"])
-        run.log_figure(fig, "time_breakdown.png")
-        plt.close(fig)
-        print_evaluation(run.run_name, run.run_id, per_type, metrics, uncovered, matched)
-        failed = frame[frame["status"] == "failed"]
-        if len(failed):
-            log.warning("%d operations failed to measure; see operations.csv", len(failed))
+        if (workdir / "stderr.txt").exists():
+            run.log_artifact(workdir / "stderr.txt")
+        print_evaluation(run.run_name, run.run_id, evaluation)
     return 0
 
 
-def print_evaluation(run_name: str, run_id: str, per_type: pd.DataFrame, metrics: dict, uncovered, matched) -> None:
-    def fmt(value: float) -> str:
-        return f"{value:.4g}" if isinstance(value, float) and math.isfinite(value) else str(value)
+def script_params(facts: dict, already: dict[str, object]) -> dict[str, object]:
+    """What the script ran with (reported, else observed), minus names dlbench already logged itself."""
+    return {k: v for k, v in effective_params(facts).items() if k not in already}
 
-    with pd.option_context("display.width", 160, "display.max_rows", 100):
-        print(f"\n{run_name} (MLflow run {run_id})")
-        print(per_type.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-    print(
-        f"step time: predicted {fmt(metrics['step_time_predicted_ms'])} ms, "
-        f"measured {fmt(metrics['step_time_measured_ms'])} ms (median unprofiled step), "
-        f"error {fmt(metrics['prediction_error_pct'])}%"
-    )
-    print(
-        f"profiled step {fmt(metrics['step_time_profiled_ms'])} ms: unexplained {fmt(metrics['unexplained_time_pct'])}%"
-        f" (framework {fmt(metrics['framework_time_pct'])}%, unmatched operators "
-        f"{fmt(metrics['unmatched_operator_time_pct'])}%, outside operators {fmt(metrics['outside_operators_pct'])}%),"
-        f" uncovered {fmt(metrics['uncovered_time_pct'])}%"
-    )
-    if uncovered:
-        print(f"op types without a benchmark measurement: {', '.join(uncovered)}")
-    top = matched.unmatched().head(5)
-    if len(top):
-        print(
-            "costliest unmatched operators: "
-            + ", ".join(f"{r.name} {r.time_us / 1e3:.3g} ms" for r in top.itertuples())
-        )
+
+def with_dtype_costs(operations: list[Operation], dtype: str) -> list[Operation]:
+    """Bytes moved follow the dtype the training ran in (extraction counts 4-byte elements)."""
+    size = DTYPE_BYTES.get(dtype, 4)
+    if size == 4:
+        return operations
+    out = []
+    for op in operations:
+        flops, moved = operation_cost(op.op_type, op.param_dict, size)
+        out.append(replace(op, flops=flops or op.flops, bytes_moved=moved or op.bytes_moved))
+    return out

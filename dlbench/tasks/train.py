@@ -32,17 +32,13 @@ STDOUT_ARTIFACT = "stdout.txt"
 
 
 def training_params(cfg: DlbenchConfig, entry: TrainingBenchmark, arguments: list[str]) -> dict[str, object]:
+    """What dlbench decides; batch size, steps, learning rate and the rest are what the script reports it ran
+    with (logged by its instrumentation), not dlbench's defaults, which the script may not have taken."""
     assert cfg.benchmark is not None
     return {
         "benchmark": cfg.benchmark.name,
         "training": entry.name,
         "model": entry.model,
-        "batch_size": cfg.batch_size,
-        "steps": cfg.steps,
-        "lr": cfg.lr,
-        "threads": cfg.threads,
-        "device": cfg.device,
-        "dtype": cfg.dtype,
         "timeout": cfg.timeout,
         **{f"profile.{k}": v for k, v in asdict(cfg.profile).items()},
         "parameters": shlex.join(arguments),

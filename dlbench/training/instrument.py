@@ -1,11 +1,11 @@
 """The training-loop context manager: time every batch cheaply, profile a few chosen batches per operator.
 
-Wrap each step of an ordinary training loop::
+Wrap each step of an ordinary training loop (the call forms are in :mod:`dlbench.training.api`)::
 
     from dlbench.instrument import op_performance_analysis
 
     for batch_idx, (inputs, targets) in enumerate(loader):
-        with op_performance_analysis(batch_idx):
+        with op_performance_analysis(batch_idx, inputs, model):
             ...  # the usual step
 
 Batches ``warmup .. warmup + batches - 1`` run under ``torch.profiler`` (CPU, plus CUDA when the script
@@ -34,7 +34,6 @@ operator table and trace; see :func:`finish`. Without ``MLFLOW_RUN_ID`` nothing 
 
 from __future__ import annotations
 
-import atexit
 import math
 import os
 import statistics
@@ -44,6 +43,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlbench.training.facts import RunFacts, effective_params, write_facts
 from dlbench.training.profile import (
     BATCH_COLUMNS,
     BATCHES_FILE,
@@ -205,6 +205,9 @@ class ProfileSession:
         progress = os.environ.get(ENV_PROGRESS, "")
         self._progress_path = Path(progress) if progress else None
         self._next_progress = 0.0
+        #: what the script runs with (see dlbench.training.facts) and whether its network was exported
+        self.facts = RunFacts()
+        self.exported = False
 
     def batch(self, batch_idx: int) -> BatchScope:
         return BatchScope(self, batch_idx)
@@ -328,58 +331,12 @@ class ProfileSession:
             self.write_summary()
         if self._timeline.steps:
             self.write_batches()
+        facts = self.facts.as_dict(len(self._timeline.steps))
+        write_facts(self.settings.out_dir, facts)
         if not self._published and os.environ.get("MLFLOW_RUN_ID"):
             self._published = True
             from dlbench.training.publish import publish_to_mlflow
 
-            publish_to_mlflow(self.logged_values(), self.metrics(), self.settings.out_dir, self.profiled)
-
-
-_DEFAULT_SESSION: ProfileSession | None = None
-
-
-def default_session() -> ProfileSession | None:
-    """The session behind :func:`op_performance_analysis` (None before its first call)."""
-    return _DEFAULT_SESSION
-
-
-def op_performance_analysis(
-    batch_idx: int,
-    warmup: int | None = None,
-    batches: int | None = None,
-    out_dir: str | os.PathLike[str] | None = None,
-    sync_every_batch: bool | None = None,
-) -> BatchScope:
-    """Time this batch, and profile it per operator if it is one of the chosen ones.
-
-    The first call fixes the settings (arguments, else ``DLBENCH_PROFILE_*``); a later call with
-    different explicit settings finishes that session and starts a new one.
-    """
-    global _DEFAULT_SESSION
-    session = _DEFAULT_SESSION
-    if session is None or not (warmup is None and batches is None and out_dir is None and sync_every_batch is None):
-        settings = ProfileSettings.resolve(warmup, batches, out_dir, sync_every_batch)
-        if session is None or session.settings != settings:
-            if session is not None:
-                session.finish()
-            else:
-                atexit.register(finish)
-            session = _DEFAULT_SESSION = ProfileSession(settings)
-    return BatchScope(session, batch_idx)
-
-
-#: The original name, so scripts instrumented for it run unchanged.
-op_performance_analysis_cpu = op_performance_analysis
-
-
-def finish() -> None:
-    """Finish the default session now (it also runs at interpreter exit)."""
-    if _DEFAULT_SESSION is not None:
-        _DEFAULT_SESSION.finish()
-
-
-def reset() -> None:
-    """Finish and forget the default session, so the next call starts afresh (for tests and loops)."""
-    global _DEFAULT_SESSION
-    finish()
-    _DEFAULT_SESSION = None
+            publish_to_mlflow(
+                self.logged_values(), self.metrics(), self.settings.out_dir, self.profiled, effective_params(facts)
+            )

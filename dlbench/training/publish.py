@@ -36,10 +36,12 @@ def publish_to_mlflow(
     metrics: Mapping[str, float],
     out_dir: Path,
     profiled: Iterable[ProfiledBatch],
+    params: Mapping[str, object] | None = None,
 ) -> None:
     """Log a finished session to the MLflow run named by ``MLFLOW_RUN_ID``: per-step ``series`` (step time,
     samples per second, logged values), run-level ``metrics`` and the summary files in ``out_dir`` on that
-    run, and one nested child run per ``profiled`` batch with its operator metrics, table and trace. Writes
+    run, the script's effective ``params`` (names the runner already logged keep the runner's value), and one
+    nested child run per ``profiled`` batch with its operator metrics, table and trace. Writes
     ``published.json`` (the child run ids) to ``out_dir`` when done, so a runner can check."""
     from dlbench.tracking.run import TrackedRun, attach_run_from_env
 
@@ -58,6 +60,8 @@ def publish_to_mlflow(
         if (out_dir / name).exists():
             parent.log_artifact(out_dir / name, "profile")
     parent_run = parent.client.get_run(parent.run_id)
+    logged = parent_run.data.params
+    parent.log_params({k: v for k, v in (params or {}).items() if k not in logged})
     inherited = {k: v for k, v in parent_run.data.tags.items() if k.startswith("dlbench.") and k != "dlbench.run_id"}
     children = {}
     for batch in profiled:

@@ -1,17 +1,24 @@
 """Running a registered training script: its parameters resolved against the configuration, the profile
-window checked, an ONNX export of its model and an instrumented run of it."""
+window and dtype checked, and an instrumented run of it (exporting its network to ONNX on request)."""
 
 from __future__ import annotations
 
 import os
 import shlex
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from dlbench import PROJECT_ROOT
 from dlbench.config import DlbenchConfig
 from dlbench.core.errors import TaskFailed
+from dlbench.core.process import ProcessResult, meaningful_tail, run_command
 from dlbench.operators.registry import Registry, TrainingBenchmark
+from dlbench.training.export import ENV_EXPORT, error_path
+from dlbench.training.facts import read_facts
+from dlbench.training.instrument import ENV_BATCHES, ENV_DIR, ENV_WARMUP
+from dlbench.training.profile import BATCHES_FILE
 
 
 def training_entry(cfg: DlbenchConfig, registry: Registry) -> tuple[TrainingBenchmark, list[str]]:
@@ -26,22 +33,6 @@ def training_entry(cfg: DlbenchConfig, registry: Registry) -> tuple[TrainingBenc
     return entry, resolve_parameters(entry, cfg)
 
 
-def export_model(cfg: DlbenchConfig, entry, arguments: list[str], workdir: Path) -> Path:
-    """Run the training script with ``--export-onnx`` (its own arguments, so the model is the one trained)."""
-    from dlbench.core.process import meaningful_tail, run_command
-
-    path = workdir / f"{entry.name}_bs{cfg.batch_size}.onnx"
-    command = [*entry.command, *arguments, "--export-onnx", str(path)]
-    result = run_command(
-        command, timeout=cfg.timeout, env=_script_env(), cwd=workdir, stderr_path=workdir / "export_stderr.txt"
-    )
-    failure = result.describe_failure()
-    if failure or not path.exists():
-        tail = meaningful_tail(result.stderr)
-        raise TaskFailed(f"exporting {entry.name} to ONNX: the script {failure or 'wrote no model'}\n{tail}")
-    return path
-
-
 def _script_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {
         "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p),
@@ -51,21 +42,33 @@ def _script_env(extra: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def run_training(cfg: DlbenchConfig, entry, arguments: list[str], workdir: Path) -> tuple[Path, object]:
-    """The instrumented training with its profile window; returns the profile folder and the process."""
-    from dlbench.core.process import meaningful_tail, run_command
-    from dlbench.training.instrument import ENV_BATCHES, ENV_DIR, ENV_WARMUP
-    from dlbench.training.profile import BATCHES_FILE
+@dataclass(frozen=True)
+class TrainingRun:
+    """A finished instrumented training: its profile folder, the process, what it ran with, its network."""
 
+    profile_dir: Path
+    process: ProcessResult
+    facts: dict[str, Any]
+    model_path: Path | None
+
+
+def run_training(
+    cfg: DlbenchConfig, entry: TrainingBenchmark, arguments: list[str], workdir: Path, export: bool = False
+) -> TrainingRun:
+    """The instrumented training with its profile window. ``export``: the context manager also exports the
+    network it is handed to ONNX (``DLBENCH_EXPORT_ONNX``), so the model is exactly the one trained."""
     profile_dir = workdir / "profile"
     shutil.rmtree(profile_dir, ignore_errors=True)
     profile_dir.mkdir(parents=True)
+    model_path = workdir / f"{entry.name}.onnx"
+    model_path.unlink(missing_ok=True)
     env = _script_env(
         {
             ENV_WARMUP: str(cfg.profile.warmup),
             ENV_BATCHES: str(cfg.profile.batches),
             ENV_DIR: str(profile_dir),
             "DLBENCH_THREADS": str(cfg.threads),
+            ENV_EXPORT: str(model_path) if export else "",
         }
     )
     result = run_command(
@@ -78,7 +81,43 @@ def run_training(cfg: DlbenchConfig, entry, arguments: list[str], workdir: Path)
             f"training {entry.name}: the script {failure or 'wrote no profile'} ({profile_dir})"
             + (f"\n{tail}" if tail else "")
         )
-    return profile_dir, result
+    if export and not model_path.exists():
+        raise TaskFailed(f"training {entry.name}: {export_problem(model_path)}")
+    return TrainingRun(profile_dir, result, read_facts(profile_dir), model_path if export else None)
+
+
+def export_problem(model_path: Path) -> str:
+    """Why a script's network is not at ``model_path`` after its training."""
+    failed = error_path(model_path)
+    if failed.exists():
+        last = failed.read_text(encoding="utf-8", errors="replace").strip().splitlines()[-1:]
+        return f"exporting the network to ONNX failed: {last[0] if last else 'see ' + str(failed)}"
+    return (
+        "the script never handed its network to the instrumentation, so it cannot be exported to ONNX: wrap each "
+        "batch in op_performance_analysis(batch_idx, inputs, model) or "
+        "op_performance_analysis_generic(batch_idx, inputs, model, cuda)"
+    )
+
+
+def check_training_dtype(cfg: DlbenchConfig, entry: TrainingBenchmark) -> None:
+    """``dtype`` other than float32 needs a script that takes it (``${dtype}`` in its parameters): benchmarks in
+    one dtype against training in another would predict nothing."""
+    if cfg.dtype != "float32" and "${dtype}" not in entry.parameters:
+        raise TaskFailed(
+            f"dtype={cfg.dtype}: training entry {entry.name} ({entry.source}) does not pass the dtype to its "
+            "script (no ${dtype} in its parameters), so it would train in its own dtype; use dtype=float32 or "
+            "give the script a dtype argument"
+        )
+
+
+def check_ran_in_dtype(cfg: DlbenchConfig, entry: TrainingBenchmark, facts: dict[str, Any]) -> None:
+    """The network's parameters must be in the dtype the benchmarks run in."""
+    ran = facts.get("observed", {}).get("dtype")
+    if ran is not None and ran != cfg.dtype:
+        raise TaskFailed(
+            f"dtype={cfg.dtype} but training {entry.name} ran its network in {ran}; the prediction would compare "
+            f"{cfg.dtype} kernels with {ran} training"
+        )
 
 
 def resolve_parameters(entry: TrainingBenchmark, cfg: DlbenchConfig) -> list[str]:
@@ -108,4 +147,20 @@ def check_profile_window(cfg: DlbenchConfig) -> None:
         raise TaskFailed(
             f"steps={cfg.steps} but profile.warmup={cfg.profile.warmup}: no batch would be profiled; "
             f"raise steps above {cfg.profile.warmup} or lower profile.warmup"
+        )
+
+
+#: The measured step time is the median of this many unprofiled steps after the warm-up, at least.
+MIN_STEADY_STEPS = 3
+
+
+def check_steady_steps(cfg: DlbenchConfig, entry: TrainingBenchmark) -> None:
+    """Before training: enough unprofiled steps after the warm-up for the measured step time (when dlbench
+    tells the script how many steps to run)."""
+    steady = cfg.steps - cfg.profile.warmup - cfg.profile.batches
+    if "${steps}" in entry.parameters and steady < MIN_STEADY_STEPS:
+        raise TaskFailed(
+            f"steps={cfg.steps} with profile.warmup={cfg.profile.warmup} and profile.batches={cfg.profile.batches} "
+            f"leaves {max(steady, 0)} unprofiled step(s) after the warm-up; the measured step time is their median "
+            f"and needs at least {MIN_STEADY_STEPS}: use steps={cfg.profile.warmup + cfg.profile.batches + 3} or more"
         )

@@ -193,7 +193,8 @@ def test_real_profile_of_a_tiny_network_matches_its_compute_operators(tmp_path: 
     matched = result.rows[result.rows["status"] == "matched"]
     kinds = set(matched["category"])
     for expected in ("Conv/forward", "BatchNormalization/forward", "BatchNormalization/backward", "Relu/forward",
-                     "Relu/backward", "Gemm/forward", "Softmax/loss_forward", "SGD/optimizer"):  # fmt: skip
+                     "Relu/backward", "Gemm/forward", "SoftmaxCrossEntropyLoss/loss_forward",
+                     "SoftmaxCrossEntropyLoss/loss_backward", "SGD/optimizer"):  # fmt: skip
         assert expected in kinds, f"{expected} not matched; matched: {sorted(kinds)}"
     assert any(c.startswith("Conv/backward") for c in kinds)
     # the convolution's input is the network input: no data gradient is computed, nor predicted
@@ -208,7 +209,7 @@ def test_real_profile_of_a_tiny_network_matches_its_compute_operators(tmp_path: 
 
 
 def test_a_name_with_a_rule_and_a_framework_entry_is_framework_when_no_operation_fits():
-    loss = Operation(0, "Softmax", (("N", 1), ("C", 1), ("H", 4), ("W", 10), ("axis", 3), ("mode", 1)))
+    loss = Operation(0, "SoftmaxCrossEntropyLoss", (("N", 4), ("C", 10), ("mode", 1)))
     rows = profile([("aten::fill_", [[4, 10], []], 6.0), ("aten::fill_", [[64], []], 2.0)])
     result = match_profile(rows, [loss], {0: "loss_backward"}, load_table())
     assert result.assigned_us == {0: 6.0}

@@ -71,9 +71,9 @@ def test_loss_and_optimizer_operations_follow_the_logits_and_parameter_shapes(tm
     mlp = nn.Sequential(nn.Linear(12, 24), nn.ReLU(), nn.Linear(24, 5))
     step, _ = step_of(export(mlp, torch.randn(3, 12), tmp_path / "mlp.onnx"), 7)
     loss = [op for op in step.operations if step.pass_of(op.id).startswith("loss")]
-    assert [(op.op_type, op.param_dict["H"], op.param_dict["W"], op.param_dict["mode"]) for op in loss] == [
-        ("Softmax", 7, 5, 0),
-        ("Softmax", 7, 5, 1),
+    assert [(op.op_type, op.param_dict["N"], op.param_dict["C"], op.param_dict["mode"]) for op in loss] == [
+        ("SoftmaxCrossEntropyLoss", 7, 5, 0),
+        ("SoftmaxCrossEntropyLoss", 7, 5, 1),
     ]
     updates = {
         (op.param_dict["H"], op.param_dict["W"]): op.count
@@ -110,9 +110,10 @@ def test_measured_step_is_the_median_unprofiled_step_after_warmup():
             "profiled": [0, 0, 0, 1, 1, 0, 0, 0],
         }
     )
-    measured, profiled = measured_step_ms(batches, warmup=2)
-    assert measured == pytest.approx(115.0)
+    measured, profiled, steady = measured_step_ms(batches, warmup=2)
+    assert measured == pytest.approx(115.0) and steady == 4
     assert profiled == pytest.approx(550.0)
+    assert measured_step_ms(batches, warmup=6)[2] == 2, "warm-up steps never count as steady ones"
 
 
 def test_prediction_sums_benchmark_time_times_occurrences_and_reports_shares(tmp_path: Path):
@@ -129,7 +130,7 @@ def test_prediction_sums_benchmark_time_times_occurrences_and_reports_shares(tmp
     gemm_occurrences = sum(op.count for op in step.operations if op.op_type == "Gemm")
     assert frame["predicted_ms"].sum() == pytest.approx(2.0 * gemm_occurrences)
     assert set(frame.loc[frame["op_type"] == "Relu", "status"]) == {"failed"}
-    assert set(frame.loc[frame["op_type"] == "Softmax", "status"]) == {"no benchmark"}
+    assert set(frame.loc[frame["op_type"] == "SoftmaxCrossEntropyLoss", "status"]) == {"no benchmark"}
 
     profile = pd.DataFrame(
         [{"name": "aten::empty", "input_shapes": "[[]]", "calls": 1, "time_us": 500.0},
@@ -137,13 +138,12 @@ def test_prediction_sums_benchmark_time_times_occurrences_and_reports_shares(tmp
     )  # fmt: skip
     match = match_profile(profile, step.operations, step.passes, load_table())
     profiled_ms = frame["in_training_ms"].sum() + 1.0
-    metrics = prediction_metrics(frame, match, measured_ms=10.0, profiled_ms=profiled_ms, nodes_total=4, nodes_served=3)
+    metrics = prediction_metrics(frame, match, measured_ms=10.0, profiled_ms=profiled_ms)
     assert metrics["step_time_predicted_ms"] == pytest.approx(2.0 * gemm_occurrences)
     assert metrics["prediction_error_pct"] == pytest.approx(100 * (2.0 * gemm_occurrences - 10.0) / 10.0)
     assert metrics["unexplained_time_pct"] == pytest.approx(100 * 1.0 / profiled_ms)
     relu_ms = frame.loc[frame["op_type"] == "Relu", "in_training_ms"].sum()
     assert metrics["uncovered_time_pct"] == pytest.approx(100 * relu_ms / profiled_ms)
-    assert metrics["nodes_served_pct"] == 75.0
     per_type = op_type_frame(frame).set_index("op_type")
     assert bool(per_type.loc["Gemm", "covered"]) and not bool(per_type.loc["Relu", "covered"])
     breakdown = time_breakdown(frame, match, profiled_ms).set_index("part")

@@ -44,9 +44,7 @@ def test_parallel_sweep_logs_through_the_postgres_backed_server(
     assert sorted(r.data.params["batch_size"] for r in runs) == ["1", "2"]
     assert all(r.info.status == "FINISHED" and r.data.metrics["operations_ok"] == 6 for r in runs)
     assert len({r.data.tags["dlbench.sweep"] for r in runs}) == 1
-    assert _rows_in_postgres(postgres, "pg-sweep") == 3, (
-        "PostgreSQL holds the two jobs and the sweep"
-    )
+    assert _rows_in_postgres(postgres, "pg-sweep") == 3, "PostgreSQL holds the two jobs and the sweep"
     client = MlflowClient(tracking_uri=tracking_server.url)
     for run in runs:
         assert run.info.artifact_uri.startswith("mlflow-artifacts:"), "clients upload through the server"

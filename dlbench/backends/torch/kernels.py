@@ -18,6 +18,7 @@ from dlbench.backends.torch.params import Kernel
 from dlbench.backends.torch.pointwise import FUNCTIONS, cast, gelu, pointwise_kernel
 from dlbench.backends.torch.pool import global_avg_pool, pool_kernel
 from dlbench.backends.torch.reduce import lrn, reduce_kernel
+from dlbench.backends.torch.training_ops import cross_entropy, dispatch
 
 KERNELS: dict[str, Kernel] = {
     "Conv": conv,
@@ -32,6 +33,8 @@ KERNELS: dict[str, Kernel] = {
     "Softmax": softmax,
     "LayerNormalization": layernorm,
     "SGD": sgd,
+    "SoftmaxCrossEntropyLoss": cross_entropy,
+    "FrameworkOverhead": dispatch,
     # the glue of real networks
     **{op_type: pointwise_kernel(op_type) for op_type in FUNCTIONS},
     "Gelu": gelu,

@@ -21,6 +21,11 @@ def tensor_bytes(op_type: str, p: dict[str, float], element_size: int) -> int:
         positive(p, "M", "K", "N", "batch")
         m, k, n, batch = integer(p, "M"), integer(p, "K"), integer(p, "N"), integer(p, "batch", 1)
         return batch * (m * k + k * n + m * n) * element_size
+    if op_type == "SoftmaxCrossEntropyLoss":
+        positive(p, "N", "C")
+        return 3 * integer(p, "N") * integer(p, "C") * element_size  # logits, log-probabilities, gradient
+    if op_type == "FrameworkOverhead":
+        return 0
     n, c, h, w = shape4(p)
     x = n * c * h * w
     mode = integer(p, "mode", 0)
