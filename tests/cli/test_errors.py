@@ -10,6 +10,7 @@ from helpers import FAST, Store, mlflow_runs, run_dlbench, write_fake_benchmark
 from onnx_models import exported
 
 from dlbench.cli.errors import describe
+from dlbench.tracking.naming import short_host
 
 
 def assert_no_traceback(result) -> None:
@@ -71,14 +72,17 @@ def test_a_crashing_benchmark_is_one_message_and_keeps_the_rows_measured_before(
     (run,) = mlflow_runs(store)
     assert run.info.status == "FAILED"
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith("dlbench: run relu-my_relu-bs8-cpu (") and "ended FAILED" in last
+    assert last.startswith(f"dlbench: run relu-my_relu-bs8-fp32-{short_host()} (") and "ended FAILED" in last
     assert run.info.run_id[:8] in last
 
 
+#: the whole problem of a convolution (a shorter param_descr cannot pose ResNet-50's convolutions at all)
+CONV_DESCR = ("N", "C", "H", "W", "K", "kernel_shape_0", "kernel_shape_1", "pads_0", "pads_1", "pads_2", "pads_3",
+              "strides_0", "strides_1", "dilations_0", "dilations_1", "group", "mode")  # fmt: skip
+
+
 def test_a_benchmark_writing_no_output_is_summarised_in_one_line(tmp_path: Path, store: Store) -> None:
-    conf = write_fake_benchmark(
-        tmp_path / "conf", behaviour="no_output", synonyms=("Conv",), param_descr=("N", "C", "H", "W", "K")
-    )
+    conf = write_fake_benchmark(tmp_path / "conf", behaviour="no_output", synonyms=("Conv",), param_descr=CONV_DESCR)
     overrides = ("+benchmark=conv", "backend=custom", *FAST, "--config-dir", str(conf))
     result = run_dlbench(*overrides, cwd=tmp_path, store=store)
     assert result.returncode == 1
@@ -134,7 +138,7 @@ def test_a_failing_job_of_a_multirun_is_named_and_the_others_run(tmp_path: Path,
     (run,) = mlflow_runs(store)
     assert run.info.status == "FINISHED" and run.data.params["batch_size"] == "1"
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"dlbench: run relu-torch_relu-bs1-cpu ({run.info.run_id[:8]}) finished")
+    assert last.startswith(f"dlbench: run relu-torch_relu-bs1-fp32-{short_host()} ({run.info.run_id[:8]}) finished")
     assert "; job 1 failed" in last
 
 
