@@ -273,6 +273,9 @@ class DlbenchConfig:
     resume: bool = False
     #: in parallel sweeps, pin each job to its own ``threads`` cores so jobs do not disturb each other
     exclusive_cores: bool = False
+    #: benchmark executables and training scripts keep freed memory in the heap (glibc tunables, see
+    #: dlbench.core.allocator) instead of paying page faults for each call's fresh output
+    keep_heap: bool = True
     measure: MeasureConfig = field(default_factory=MeasureConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
     mlflow: MlflowConfig = field(default_factory=MlflowConfig)

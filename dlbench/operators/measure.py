@@ -25,6 +25,7 @@ def sweep_params(cfg: DlbenchConfig, entry: OperatorBenchmark, benchmark_name: s
         "batch_size": cfg.batch_size,
         "dtype": cfg.dtype,
         "threads": cfg.threads,
+        "keep_heap": cfg.keep_heap,
         "device": device,
         "n_operations": n_ops,
         "timeout": cfg.timeout,

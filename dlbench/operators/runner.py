@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlbench.config import DlbenchConfig
+from dlbench.core.allocator import allocator_environment
 from dlbench.core.cores import resolve_threads
 from dlbench.core.interference import InterferenceWatch
 from dlbench.core.process import ProcessResult, run_command
@@ -44,6 +45,8 @@ class RunSettings:
     timeout_s: float = 600.0
     op_budget_s: float = float(default("op_budget_s"))
     memory_fraction: float = float(default("memory_fraction"))
+    #: start the executable with the allocator keeping freed memory (:mod:`dlbench.core.allocator`)
+    keep_heap: bool = True
 
     def environment(self) -> dict[str, str]:
         """The ``DLBENCH_*`` variables of :mod:`dlbench.core.settings` (and OpenMP's thread count)."""
@@ -51,6 +54,7 @@ class RunSettings:
         env = to_environment({key: getattr(self, key) for key in keys})
         if self.threads > 0:
             env["OMP_NUM_THREADS"] = str(self.threads)
+        env.update(allocator_environment(self.keep_heap))
         return env
 
 
@@ -222,4 +226,5 @@ def run_settings(cfg: DlbenchConfig, device: str) -> RunSettings:
         timeout_s=cfg.timeout,
         op_budget_s=m.op_budget_s,
         memory_fraction=m.memory_fraction,
+        keep_heap=cfg.keep_heap,
     )

@@ -153,6 +153,7 @@ def evaluation_params(cfg: DlbenchConfig, entry, device: str, table, unfold_tabl
         "backend": cfg.backend,
         "benchmark_device": device,
         "benchmark_threads": cfg.threads,
+        "keep_heap": cfg.keep_heap,
         "benchmark_dtype": cfg.dtype,
         "command": shlex.join(entry.command),
         **{f"profile.{k}": v for k, v in asdict(cfg.profile).items()},

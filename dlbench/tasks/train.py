@@ -14,6 +14,7 @@ from pathlib import Path
 from dlbench import PROJECT_ROOT
 from dlbench.analysis.report import NOTE_TAG, training_note
 from dlbench.config import DlbenchConfig
+from dlbench.core.allocator import allocator_environment
 from dlbench.core.context import AppContext
 from dlbench.core.errors import TaskFailed
 from dlbench.core.process import meaningful_tail, run_command
@@ -59,6 +60,7 @@ def child_env(run: object, experiment_id: str, profile_dir: Path, cfg: DlbenchCo
     env["DLBENCH_DEVICE"] = cfg.device
     # The script imports the dlbench that started it, installed or not.
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p)
+    env.update(allocator_environment(cfg.keep_heap))  # as the operator benchmarks run
     return env
 
 

@@ -12,6 +12,7 @@ from typing import Any
 
 from dlbench import PROJECT_ROOT
 from dlbench.config import DlbenchConfig
+from dlbench.core.allocator import allocator_environment
 from dlbench.core.errors import TaskFailed
 from dlbench.core.process import ProcessResult, meaningful_tail, run_command
 from dlbench.operators.registry import Registry, TrainingBenchmark
@@ -69,6 +70,7 @@ def run_training(
             ENV_DIR: str(profile_dir),
             "DLBENCH_THREADS": str(cfg.threads),
             ENV_EXPORT: str(model_path) if export else "",
+            **allocator_environment(cfg.keep_heap),  # as the operator benchmarks run
         }
     )
     result = run_command(

@@ -1,0 +1,27 @@
+"""How the C library's allocator treats freed memory in the processes dlbench measures.
+
+glibc hands a freed block of more than 128 KiB-32 MiB (its adaptive mmap threshold) back to the operating
+system, and trims the heap top above 128 KiB. A kernel that allocates its output on every call, as PyTorch
+eager does, then pays a page fault per 4 KiB of output on every call: a 2 MiB convolution output costs more in
+faults than the convolution itself, and whether a call faults depends on what ran before it (a benchmark
+repeating one operation and a training step interleaving many see different costs for the same kernel).
+
+``keep_heap=true`` (the default) starts every benchmark executable and every training script with the
+allocator keeping freed memory (``GLIBC_TUNABLES``: mmap threshold 32 MiB, the most glibc accepts on 64-bit,
+trim threshold 1 GiB), so both sides run on a warm heap, as they do with the jemalloc/tcmalloc that PyTorch's
+CPU performance guides recommend. Blocks above 32 MiB are still mapped per call on both sides. A user's own
+``GLIBC_TUNABLES`` is kept as it is."""
+
+from __future__ import annotations
+
+import os
+
+KEEP_HEAP_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
+
+
+def allocator_environment(keep_heap: bool) -> dict[str, str]:
+    """The variables a measured process is started with (none when ``keep_heap`` is off or the user set
+    ``GLIBC_TUNABLES`` themselves)."""
+    if not keep_heap or "GLIBC_TUNABLES" in os.environ:
+        return {}
+    return {"GLIBC_TUNABLES": KEEP_HEAP_TUNABLES}

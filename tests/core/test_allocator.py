@@ -1,0 +1,48 @@
+"""The allocator setting of measured processes: with keep_heap, a process that allocates and frees a large
+tensor per call (as a PyTorch kernel does with its output) stops paying page faults for it."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from dlbench.core.allocator import KEEP_HEAP_TUNABLES, allocator_environment
+from dlbench.operators.runner import RunSettings
+
+#: 100 calls of a ResNet-CIFAR convolution (a fresh 2 MiB output each, oneDNN's scratch besides); prints the
+#: minor page faults they cost
+CHILD = """
+import resource, torch
+torch.set_num_threads(1)
+x, w = torch.randn(32, 16, 32, 32), torch.randn(16, 16, 3, 3)
+with torch.no_grad():
+    for _ in range(5):
+        torch.nn.functional.conv2d(x, w, None, 1, 1)
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+    for _ in range(100):
+        torch.nn.functional.conv2d(x, w, None, 1, 1)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _faults(env: dict[str, str]) -> int:
+    clean = {"PATH": "/usr/bin:/bin", **env}
+    out = subprocess.run([sys.executable, "-c", CHILD], env=clean, capture_output=True, text=True, check=True)
+    return int(out.stdout.strip())
+
+
+def test_a_kept_heap_turns_per_call_page_faults_into_reuse() -> None:
+    default = _faults({})
+    kept = _faults(allocator_environment(True))
+    assert default > 100 * 256, f"glibc's default maps the output afresh on each call: {default} faults"
+    assert kept < default / 20, f"kept heap: {kept} faults against {default}"
+
+
+def test_benchmark_executables_get_the_setting_and_a_users_own_tunables_win(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    assert RunSettings().environment()["GLIBC_TUNABLES"] == KEEP_HEAP_TUNABLES
+    assert "GLIBC_TUNABLES" not in RunSettings(keep_heap=False).environment()
+    monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
+    assert "GLIBC_TUNABLES" not in RunSettings().environment(), "the user's variable reaches the child unchanged"
