@@ -103,6 +103,10 @@ def graph_facts(model_path: str | Path, batch_size: int | None = None) -> GraphF
         present = [i for i in inputs if i]
         if node.op_type == "Constant" or (present and all(i in constants for i in present)):
             constants.update(o for o in node.output if o)
+            if node.op_type not in NON_DIFFERENTIABLE and any(i in requires for i in present):
+                # weight preprocessing (Transpose(weight) -> MatMul): no operation of its own, yet autograd
+                # differentiates through it to the weight, so what it feeds needs the gradient
+                requires.update(o for o in node.output if o)
             continue
         forward_nodes += 1
         if node.op_type not in NON_DIFFERENTIABLE and any(i in requires for i in present):

@@ -101,6 +101,16 @@ def test_bias_add_after_a_matmul_is_fused_as_pytorch_runs_addmm(tmp_path: Path):
     assert (matmul.param_dict["M"], matmul.param_dict["K"], matmul.param_dict["N"]) == (12, 16, 32)
 
 
+def test_a_weight_reaching_its_matmul_through_a_transpose_still_gets_its_gradient(tmp_path: Path):
+    # a Linear on (batch, tokens, features) exported without constant folding: Transpose(weight) -> MatMul.
+    # The transposed weight is folded like a constant, yet autograd differentiates through it to the weight.
+    step, _ = step_of(export(Sequence3d(), torch.randn(2, 6, 16), tmp_path / "seq.onnx"), 2)
+    passes = {step.pass_of(op.id): op for op in step.operations if op.op_type == "MatMul"}
+    assert "backward_b" in passes, [note for note in step.notes if "pruned" in note]
+    weight_gradient = passes["backward_b"].param_dict
+    assert (weight_gradient["M"], weight_gradient["K"], weight_gradient["N"]) == (16, 12, 32)
+
+
 def test_measured_step_is_the_median_unprofiled_step_after_warmup():
     batches = pd.DataFrame(
         {
