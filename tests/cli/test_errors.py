@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import FAST, Store, mlflow_runs, run_dlbench, write_fake_benchmark
+from helpers import FAST, Store, job_runs, mlflow_runs, run_dlbench, write_fake_benchmark
 from onnx_models import exported
 
 from dlbench.cli.errors import describe
@@ -135,7 +135,7 @@ def test_a_failing_job_of_a_multirun_is_named_and_the_others_run(tmp_path: Path,
     assert "Traceback" not in result.stderr
     assert "dlbench: job 1 (+benchmark=relu batch_size=0" in result.stderr
     assert "batch_size must be >= 1, got 0" in result.stderr
-    (run,) = mlflow_runs(store)
+    (run,) = job_runs(store)  # beside the sweep's own run
     assert run.info.status == "FINISHED" and run.data.params["batch_size"] == "1"
     last = result.stderr.strip().splitlines()[-1]
     assert last.startswith(f"dlbench: run relu-torch_relu-bs1-fp32-{short_host()} ({run.info.run_id[:8]}) finished")
