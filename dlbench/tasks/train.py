@@ -5,16 +5,13 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import shlex
 import shutil
 from dataclasses import asdict
 from pathlib import Path
 
-from dlbench import PROJECT_ROOT
 from dlbench.analysis.report import NOTE_TAG, training_note
 from dlbench.config import DlbenchConfig
-from dlbench.core.allocator import allocator_environment
 from dlbench.core.context import AppContext
 from dlbench.core.errors import TaskFailed
 from dlbench.core.process import meaningful_tail, run_command
@@ -22,9 +19,9 @@ from dlbench.core.progress import progress
 from dlbench.operators.registry import TrainingBenchmark, command_availability, load_registry
 from dlbench.tracking.runs import job_run_name, open_run, run_place
 from dlbench.tracking.ui import run_link
-from dlbench.training.instrument import ENV_BATCHES, ENV_DIR, ENV_PROGRESS, ENV_WARMUP
+from dlbench.training.instrument import ENV_PROGRESS
 from dlbench.training.profile import SUMMARY_FILE
-from dlbench.training.scripts import training_entry
+from dlbench.training.scripts import script_environment, training_entry
 
 log = logging.getLogger(__name__)
 
@@ -51,17 +48,8 @@ def child_env(run: object, experiment_id: str, profile_dir: Path, cfg: DlbenchCo
     """MLflow's own variables (the script logs into this run) and the profile window."""
     from dlbench.tracking.run import child_environment
 
-    env = child_environment(run)  # type: ignore[arg-type]
-    env["MLFLOW_EXPERIMENT_ID"] = experiment_id
-    env[ENV_WARMUP] = str(cfg.profile.warmup)
-    env[ENV_BATCHES] = str(cfg.profile.batches)
-    env[ENV_DIR] = str(profile_dir)
-    env["DLBENCH_THREADS"] = str(cfg.threads)
-    env["DLBENCH_DEVICE"] = cfg.device
-    # The script imports the dlbench that started it, installed or not.
-    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p)
-    env.update(allocator_environment(cfg.keep_heap))  # as the operator benchmarks run
-    return env
+    extra = {**child_environment(run), "MLFLOW_EXPERIMENT_ID": experiment_id, "DLBENCH_DEVICE": cfg.device}  # type: ignore[arg-type]
+    return script_environment(cfg, profile_dir, extra)
 
 
 def run(cfg: DlbenchConfig, ctx: AppContext) -> int:

@@ -34,13 +34,18 @@ def training_entry(cfg: DlbenchConfig, registry: Registry) -> tuple[TrainingBenc
     return entry, resolve_parameters(entry, cfg)
 
 
-def _script_env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {
+def script_environment(cfg: DlbenchConfig, profile_dir: Path, extra: dict[str, str]) -> dict[str, str]:
+    """How a training script is started: the dlbench that started it importable (installed or not), its
+    profile window and threads, the allocator the operator benchmarks run with; then ``extra``."""
+    return {
         "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p),
-        "MLFLOW_RUN_ID": "",  # the instrumentation must not publish: this task logs one run itself
+        ENV_WARMUP: str(cfg.profile.warmup),
+        ENV_BATCHES: str(cfg.profile.batches),
+        ENV_DIR: str(profile_dir),
+        "DLBENCH_THREADS": str(cfg.threads),
+        **allocator_environment(cfg.keep_heap),
+        **extra,
     }
-    env.update(extra or {})
-    return env
 
 
 @dataclass(frozen=True)
@@ -63,16 +68,8 @@ def run_training(
     profile_dir.mkdir(parents=True)
     model_path = workdir / f"{entry.name}.onnx"
     model_path.unlink(missing_ok=True)
-    env = _script_env(
-        {
-            ENV_WARMUP: str(cfg.profile.warmup),
-            ENV_BATCHES: str(cfg.profile.batches),
-            ENV_DIR: str(profile_dir),
-            "DLBENCH_THREADS": str(cfg.threads),
-            ENV_EXPORT: str(model_path) if export else "",
-            **allocator_environment(cfg.keep_heap),  # as the operator benchmarks run
-        }
-    )
+    # the instrumentation must not publish: this task logs one run itself
+    env = script_environment(cfg, profile_dir, {"MLFLOW_RUN_ID": "", ENV_EXPORT: str(model_path) if export else ""})
     result = run_command(
         [*entry.command, *arguments], timeout=cfg.timeout, env=env, cwd=workdir, stderr_path=workdir / "stderr.txt"
     )

@@ -6,7 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
-from helpers import FAST, Store, mlflow_runs, run_dlbench
+from helpers import FAST, Store, job_runs, mlflow_runs, run_dlbench
 
 from dlbench.core.affinity import available_cores, exclusive_cores, threads_per_job
 
@@ -37,7 +37,7 @@ def test_more_threads_than_cores_is_refused(tmp_path: Path) -> None:
 
 def _check_sweep(store: Store, batch_sizes: list[str]) -> list:
     (sweep,) = [r for r in mlflow_runs(store) if r.data.tags["dlbench.kind"] == "sweep"]
-    runs = [r for r in mlflow_runs(store) if r is not sweep and r.data.tags["dlbench.kind"] != "sweep"]
+    runs = job_runs(store)
     assert sorted(r.data.params["batch_size"] for r in runs) == batch_sizes, "no run lost, none duplicated"
     assert all(r.data.tags["mlflow.parentRunId"] == sweep.info.run_id for r in runs), "jobs in other processes too"
     assert all(r.info.status == "FINISHED" for r in runs), [(r.info.run_name, r.info.status) for r in runs]
