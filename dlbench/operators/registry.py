@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import importlib.util
 import os
+import re
 import shutil
 import sys
+import typing
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
+
+from omegaconf import MISSING
 
 from dlbench import CONF_DIR, PROJECT_ROOT
 from dlbench.config import RegistryEntry, TrainingEntry
@@ -30,7 +37,12 @@ def load_yaml_node(path: Path, schema: type, group: str, resolve: bool = True) -
     """Load ``path`` and check it against ``schema`` (unknown keys and wrong types fail naming the file).
 
     With ``resolve=False`` interpolations such as ``${batch_size}`` stay as text, to be resolved later
-    against the run's configuration."""
+    against the run's configuration. A file whose values already have their fields' types is read
+    straight from YAML (a registry of 65 files in 50 ms, not 600 ms through OmegaConf); any other file,
+    and every error, goes through OmegaConf, which coerces and words the message."""
+    plain = plain_entry(path, schema, resolve)
+    if plain is not None:
+        return plain
     from omegaconf import OmegaConf
     from omegaconf.errors import OmegaConfBaseException
 
@@ -45,6 +57,56 @@ def load_yaml_node(path: Path, schema: type, group: str, resolve: bool = True) -
         raise RegistryError(f"{group} entry {path}: {message}") from err
     except Exception as err:  # yaml.YAMLError and friends: still name the file
         raise RegistryError(f"{group} entry {path}: {type(err).__name__}: {err}") from err
+
+
+def _is_scalar(value: object) -> bool:
+    return isinstance(value, str | int) and not isinstance(value, bool)
+
+
+def _has_type(value: object, hint: object) -> bool:
+    """``value`` is what OmegaConf would hand back unchanged for a field typed ``hint``."""
+    if hint is str:
+        return isinstance(value, str)
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint == list[str]:
+        return isinstance(value, list) and all(isinstance(v, str) for v in value)
+    if hint is Any:  # exe, param_descr, device: text, whole numbers, or lists of them (floats: OmegaConf decides)
+        return _is_scalar(value) or (isinstance(value, list) and all(_is_scalar(v) for v in value))
+    return False
+
+
+@functools.cache
+def _field_types(schema: type) -> dict[str, tuple[object, bool]]:
+    hints = typing.get_type_hints(schema)
+    return {f.name: (hints[f.name], f.default == MISSING) for f in dataclasses.fields(schema)}
+
+
+def plain_entry(path: Path, schema: type, resolve: bool) -> object | None:
+    """The entry of ``path`` read with the C YAML parser when every key is a field of ``schema``, every
+    required field is there and every value already has its field's type; None otherwise."""
+    import yaml
+
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return None
+    keys = re.findall(r"^([A-Za-z_][\w-]*)\s*:", text, flags=re.MULTILINE)
+    if (resolve and "${" in text) or len(keys) != len(set(keys)):
+        return None  # interpolations to resolve, or a key given twice: OmegaConf's rules
+    try:
+        raw = yaml.load(text, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))  # noqa: S506 - a safe loader
+    except yaml.YAMLError:
+        return None
+    types = _field_types(schema)
+    if not isinstance(raw, dict) or not set(raw) <= set(types):
+        return None
+    for name, (hint, required) in types.items():
+        if name in raw and not _has_type(raw[name], hint):
+            return None
+        if name not in raw and required:
+            return None
+    return schema(**raw)
 
 
 def resolve_command(exe: object, where: str) -> tuple[str, ...]:

@@ -89,3 +89,47 @@ def test_availability_names_the_path_it_looked_for(tmp_path: Path) -> None:
     assert registry.operator("ghost").unavailable_reason == f"executable not found: {tmp_path}/nope"
     assert registry.operator("plain").unavailable_reason == f"not an executable file: {not_exec}"
     assert registry.operator("mod").unavailable_reason == "Python module no_such_module_here not found"
+
+
+def _through_omegaconf(path: Path, schema: type, resolve: bool) -> object:
+    from omegaconf import OmegaConf
+
+    node = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(path))
+    return OmegaConf.to_object(node) if resolve else schema(**OmegaConf.to_container(node, resolve=False))
+
+
+@pytest.mark.parametrize(("group", "resolve"), [("registry", True), ("training", False)])
+def test_every_shipped_file_reads_the_same_straight_from_yaml_as_through_omegaconf(group: str, resolve: bool) -> None:
+    from dlbench.config import RegistryEntry, TrainingEntry
+    from dlbench.operators.registry import plain_entry
+
+    schema = RegistryEntry if group == "registry" else TrainingEntry
+    paths = sorted((CONF_DIR / group).glob("*.yaml"))
+    assert paths
+    for path in paths:
+        plain = plain_entry(path, schema, resolve)
+        assert plain is not None, f"{path} should not need OmegaConf"
+        assert plain == _through_omegaconf(path, schema, resolve), path
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        "name: n\nexe: x\nparam_descr: [M]\ndescription: 1.5\n",  # a number for a text field: coerced
+        "name: n\nexe: x\nparam_descr: [M]\ndescription: ${oc.env:HOME}\n",  # an interpolation: resolved
+        "name: n\nexe: x\nparam_descr: [M, 2.5]\n",  # a float: OmegaConf's YAML rules
+    ],
+)
+def test_files_needing_omegaconfs_rules_still_get_them(tmp_path: Path, body: str) -> None:
+    from dlbench.config import RegistryEntry
+    from dlbench.operators.registry import load_yaml_node, plain_entry
+
+    path = write_entry(tmp_path, "n", body)
+    assert plain_entry(path, RegistryEntry, True) is None
+    assert load_yaml_node(path, RegistryEntry, "registry") == _through_omegaconf(path, RegistryEntry, True)
+
+
+def test_a_key_given_twice_fails_as_omegaconf_says(tmp_path: Path) -> None:
+    path = write_entry(tmp_path, "twice", "name: a\nname: b\nexe: x\nparam_descr: [M]\n")
+    with pytest.raises(RegistryError, match=rf"(?s)registry entry {path}: .*duplicate key name"):
+        load_registry([tmp_path])
