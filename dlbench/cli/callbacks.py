@@ -117,10 +117,10 @@ class SweepRun(Callback):
         at_exit(self._finish_at_exit)
 
     def on_job_start(self, config: DictConfig, **kwargs: Any) -> None:
+        if str(config.hydra.mode) != "RunMode.MULTIRUN":
+            return  # a single run has no sweep to join (and need not import tracking, pandas, for nothing)
         from dlbench.tracking.sweep import PARENT_ENV, read_handoff
 
-        if str(config.hydra.mode) != "RunMode.MULTIRUN":
-            return
         sweep = self.sweep or read_handoff(Path(str(config.hydra.sweep.dir)))
         if sweep is not None:
             os.environ[PARENT_ENV] = sweep.run_id  # read where the job builds its context (dlbench.cli)
