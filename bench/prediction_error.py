@@ -3,10 +3,19 @@ the MLP at several batch sizes on this machine; prints the prediction error and 
 
     python bench/prediction_error.py                      # resnet_cifar, transformer_lm, mlp at 16, 32, 64
     python bench/prediction_error.py --models mlp --batch-sizes 16 --threads 2
+    python bench/prediction_error.py --rounds 3           # every configuration three times, interleaved
 
 Each evaluation is one MLflow run in a store of its own (default .dlbench/bench/prediction_error.db), so the
 figures can be looked at again with `mlflow ui --backend-store-uri sqlite:///...`. The machine's load
 average is printed before and after: on a shared machine it decides how far the figures can be trusted.
+
+Each evaluation also times two reference kernels before its training and after its benchmarks
+(``machine_drift_pct``, see dlbench.operators.reference): how far the machine's own speed moved while it
+ran. With ``--rounds N`` the configurations are evaluated round after round (not N times in a row), so a
+slow spell of the machine hits different configurations; each configuration's figure is the median over
+its rounds of the predicted and of the measured step time (two independent medians; nothing is fitted).
+The summary gives the error over all evaluations, and apart over those whose reference kernels moved by at
+most the drift limit.
 """
 
 from __future__ import annotations
@@ -32,6 +41,7 @@ COLUMNS = (
     "unmatched_operator_time_pct",
     "outside_operators_pct",
     "covered_ratio_training_to_benchmark",
+    "machine_drift_pct",
 )
 
 
@@ -61,7 +71,13 @@ def main() -> int:
     parser.add_argument("--models", nargs="+", default=["resnet_cifar", "transformer_lm", "mlp"])
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[16, 32, 64])
     parser.add_argument("--threads", type=int, default=1, help="threads of training and benchmarks (0: all cores)")
-    parser.add_argument("--steps", type=int, default=16)
+    parser.add_argument(
+        "--steps",
+        type=int,
+        default=32,
+        help="training steps (the measured step: the median of the unprofiled ones after the warm-up)",
+    )
+    parser.add_argument("--rounds", type=int, default=1, help="evaluate every configuration this often, interleaved")
     parser.add_argument("--warmup", type=int, default=5, help="training steps before the profiled ones")
     parser.add_argument("--profiled", type=int, default=2, help="profiled training steps")
     parser.add_argument("--store", default=str(ROOT / ".dlbench" / "bench" / "prediction_error.db"))
@@ -77,20 +93,21 @@ def main() -> int:
     uri = f"sqlite:///{Path(args.store).resolve()}"
     print(f"load average before: {load_average()}")
     names = []
-    for model in args.models:
-        for batch_size in args.batch_sizes:
-            run_name, seconds = evaluate(model, batch_size, args, uri, args.experiment)
-            names.append((model, batch_size, run_name, seconds))
-            print(f"  {model} bs{batch_size}: {seconds:.0f} s, load average {load_average()}", flush=True)
+    for round_ in range(args.rounds):
+        for model in args.models:
+            for batch_size in args.batch_sizes:
+                run_name, seconds = evaluate(model, batch_size, args, uri, args.experiment)
+                names.append((round_, model, batch_size, run_name, seconds))
+                print(f"  round {round_} {model} bs{batch_size}: {seconds:.0f} s, load {load_average()}", flush=True)
     print(f"load average after: {load_average()}")
 
     import pandas as pd
 
     runs = search_runs(resolve_tracking(uri, args.experiment), "", [args.experiment])
     rows = []
-    for model, batch_size, run_name, seconds in names:
+    for round_, model, batch_size, run_name, seconds in names:
         match = runs[runs["tags.mlflow.runName"] == run_name] if len(runs) else runs
-        row = {"model": model, "batch_size": batch_size, "seconds": seconds}
+        row = {"round": round_, "model": model, "batch_size": batch_size, "seconds": seconds}
         if len(match):
             record = match.iloc[0]
             row["status"] = record["status"]
@@ -102,14 +119,47 @@ def main() -> int:
     with pd.option_context("display.width", 220, "display.max_columns", 20):
         print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
     errors = [abs(e) for e in table.get("prediction_error_pct", []) if e == e]
-    if errors:
-        print(
-            f"|prediction error|: mean {statistics.fmean(errors):.1f}%, max {max(errors):.1f}% over {len(errors)} "
-            f"evaluations (aim: <= 15% each, <= 10% on average); threads={args.threads}"
-        )
+    summarise("every evaluation", table, args.threads)
+    if args.rounds > 1 and errors:
+        medians = median_over_rounds(table)
+        with pd.option_context("display.width", 220):
+            print(f"\nmedian over {args.rounds} rounds (predicted and measured each the median of its rounds):")
+            print(medians.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        summarise("medians over rounds", medians, args.threads)
+    if "machine_drift_pct" in table and errors:
+        from dlbench.operators.reference import DRIFT_LIMIT_PCT
+
+        steady = table[table["machine_drift_pct"].abs() <= DRIFT_LIMIT_PCT]
+        summarise(f"evaluations whose reference kernels moved <= {DRIFT_LIMIT_PCT:g}%", steady, args.threads)
     if args.out:
         table.to_csv(args.out, index=False)
     return 0 if len(errors) == len(names) else 1
+
+
+def summarise(what: str, table, threads: int) -> None:
+    errors = [abs(e) for e in table.get("prediction_error_pct", []) if e == e]
+    if not errors:
+        print(f"|prediction error| of {what}: none")
+        return
+    print(
+        f"|prediction error| of {what}: mean {statistics.fmean(errors):.1f}%, max {max(errors):.1f}% over "
+        f"{len(errors)} (aim: <= 15% each, <= 10% on average); threads={threads}"
+    )
+
+
+def median_over_rounds(table):
+    """Per configuration: the median predicted and the median measured step over the rounds, and the error
+    of those two medians."""
+    ok = table.dropna(subset=["step_time_predicted_ms", "step_time_measured_ms"])
+    grouped = ok.groupby(["model", "batch_size"], sort=False)
+    frame = grouped.agg(
+        rounds=("round", "count"),
+        step_time_predicted_ms=("step_time_predicted_ms", "median"),
+        step_time_measured_ms=("step_time_measured_ms", "median"),
+        machine_drift_pct=("machine_drift_pct", "median"),
+    ).reset_index()
+    frame["prediction_error_pct"] = (frame["step_time_predicted_ms"] / frame["step_time_measured_ms"] - 1) * 100
+    return frame
 
 
 if __name__ == "__main__":

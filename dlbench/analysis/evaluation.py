@@ -12,6 +12,7 @@ import pandas as pd
 
 from dlbench.analysis.plots import plot_predicted_vs_measured, plot_ratio_distribution, plot_time_breakdown
 from dlbench.analysis.predict import measured, op_type_frame, time_breakdown
+from dlbench.operators.reference import DRIFT_LIMIT_PCT
 
 
 @dataclass(frozen=True)
@@ -83,6 +84,9 @@ def status_line(metrics: dict[str, float]) -> str:
             f"; {missing} operation(s) without a measurement counted as 0 ms "
             f"({_fmt(metrics.get('unmeasured_in_training_ms', math.nan))} ms of the profiled step)"
         )
+    drift = metrics.get("machine_drift_pct", math.nan)
+    if math.isfinite(drift) and abs(drift) > DRIFT_LIMIT_PCT:
+        line += f"; the machine's speed changed {drift:+.0f}% between training and benchmarks (in the error)"
     return line
 
 

@@ -42,6 +42,7 @@ from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.step import graph_facts, training_step
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import model_coverage, plan_benchmarks
+from dlbench.operators.reference import REFERENCE_OPERATIONS, Drift, reference_medians
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
 from dlbench.tracking.runs import job_run_name, open_run
@@ -136,6 +137,25 @@ def measure_framework(cfg: DlbenchConfig, ctx: AppContext, registry: Registry, d
     }
 
 
+def measure_reference(
+    cfg: DlbenchConfig, ctx: AppContext, registry: Registry, device: str, when: str
+) -> dict[str, float]:
+    """Median ms of the reference operations (:mod:`dlbench.operators.reference`) now, with PyTorch's kernels
+    and the benchmarks' settings; those without a torch benchmark here are left out."""
+    medians: dict[str, float] = {}
+    for op in REFERENCE_OPERATIONS:
+        entries = registry.serving(op.op_type, "torch", device)
+        if not entries or entries[0].unavailable_reason:
+            continue
+        result, _ = measure_with_progress(
+            entries[0], [op], run_settings(cfg, device), ctx.output_dir / "protocol", f"reference_{when}", True
+        )
+        if result.interrupted:
+            raise KeyboardInterrupt(f"{entries[0].name} was interrupted")
+        medians.update(reference_medians(result.measurements))
+    return medians
+
+
 def optimizer_benchmark(registry: Registry, device: str):
     """The torch entry that times PyTorch's in-place optimizer update: training runs it whatever
     ``backend`` measures the other operations."""
@@ -189,6 +209,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     name = job_run_name(cfg, bench.name, ["eval", cfg.backend], device)
     params = evaluation_params(cfg, entry, device, table, unfold_table)
     with open_run(cfg, ctx, kind="evaluation", benchmark=bench.name, name=name, params=params) as run:
+        reference_before = measure_reference(cfg, ctx, registry, device, "before")
         log.info("training %s (profiling %d batches after %d)", entry.name, cfg.profile.batches, cfg.profile.warmup)
         trained = run_training(cfg, entry, arguments, workdir, export=True)
         run.log_params(script_params(trained.facts, params))
@@ -226,13 +247,18 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         matched = match_profile(profile, step.operations, step.passes, table, weights)
         frame = prediction_frame(step, measurements, implementations, matched.assigned_us)
         framework_ms = measure_framework(cfg, ctx, registry, device, run)
+        drift = Drift(reference_before, measure_reference(cfg, ctx, registry, device, "after"))
         layout = len(extraction.layout_nodes)
         terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, layout, framework_ms))
         coverage = model_coverage(extraction, plan.served_types)
         metrics = prediction_metrics(frame, matched, measured_ms, profiled_ms, terms)
         metrics.update(coverage.metrics())
         metrics.update({"load_average_start": load_start, "load_average_end": os.getloadavg()[0]})
+        metrics.update(drift.metrics())
         notes = list(step.notes) + [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
+        if drift.note():
+            notes.append(drift.note())
+            run.set_tags({"dlbench.drifted": "true"})
         evaluation = Evaluation(frame, terms, matched, metrics, profiled_ms, tuple(notes))
         title = f"{bench.name} bs{batch_size} {cfg.backend} {device}"
         log_evaluation(run, evaluation, cfg.backend, title)

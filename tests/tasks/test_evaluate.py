@@ -52,6 +52,11 @@ def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_
     assert math.isfinite(m["prediction_error_pct"])
     assert 0 <= m["unexplained_time_pct"] <= 100
     assert m["step_time_profiled_ms"] > 0
+    for reference in ("reference_gemm_512", "reference_conv_3x3"):  # the machine's speed, before and after
+        before, after = m[f"drift/{reference}/before_ms"], m[f"drift/{reference}/after_ms"]
+        assert before > 0 and after > 0
+        assert abs(m["machine_drift_pct"]) >= abs(after / before - 1) * 100 - 0.1
+    assert ("dlbench.drifted" in run.data.tags) == (abs(m["machine_drift_pct"]) > 10)
 
     operations = table(store, run.info.run_id, "operations.csv")
     gemm = operations[operations["op_type"] == "Gemm"]

@@ -1,0 +1,106 @@
+"""The machine's own speed over a task: fixed reference operations timed before the work and again after it.
+
+A prediction compares measurements taken minutes apart (the training, then the operator benchmarks). On a
+shared or virtual machine the same kernel can run 2x slower ten minutes later, and that drift lands in the
+prediction error whatever the method. The reference operations (a compute-bound GEMM and a ResNet-style
+convolution, timed with the benchmarks' own settings) say how far the machine moved between the two ends;
+the evaluation reports it beside the error. It is a diagnosis, never a correction: nothing is rescaled."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from dlbench.core.values import Measurement, Operation
+
+#: |drift| above which an evaluation says its error includes the machine's change of speed
+DRIFT_LIMIT_PCT = 10.0
+
+REFERENCE_OPERATIONS = (
+    Operation(
+        0,
+        "Gemm",
+        (("M", 512), ("K", 512), ("N", 512), ("transA", 0), ("transB", 0), ("batch", 1)),
+        name="reference_gemm_512",
+        flops=2.0 * 512**3,
+    ),
+    Operation(
+        1,
+        "Conv",
+        (
+            ("N", 1),
+            ("C", 64),
+            ("H", 56),
+            ("W", 56),
+            ("K", 64),
+            ("kernel_shape_0", 3),
+            ("kernel_shape_1", 3),
+            ("pads_0", 1),
+            ("pads_1", 1),
+            ("pads_2", 1),
+            ("pads_3", 1),
+            ("strides_0", 1),
+            ("strides_1", 1),
+            ("dilations_0", 1),
+            ("dilations_1", 1),
+            ("group", 1),
+            ("mode", 0),
+        ),  # fmt: skip
+        name="reference_conv_3x3",
+        flops=2.0 * 64 * 56 * 56 * 64 * 9,
+    ),
+)
+
+
+def reference_medians(measurements: Mapping[int, Measurement]) -> dict[str, float]:
+    """Median ms of each reference operation that was measured, by name."""
+    out = {}
+    for op in REFERENCE_OPERATIONS:
+        m = measurements.get(op.id)
+        if m is not None and m.ok:
+            out[op.name] = m.stats.median_ms
+    return out
+
+
+@dataclass(frozen=True)
+class Drift:
+    """The reference operations' medians before and after the work (ms, by name)."""
+
+    before_ms: Mapping[str, float]
+    after_ms: Mapping[str, float]
+
+    @property
+    def change_pct(self) -> dict[str, float]:
+        """How much slower (+) or faster (-) each reference ran at the end than at the start."""
+        return {
+            name: (self.after_ms[name] / ms - 1.0) * 100.0
+            for name, ms in self.before_ms.items()
+            if name in self.after_ms and ms > 0
+        }
+
+    @property
+    def largest_pct(self) -> float:
+        """The largest change by magnitude, with its sign; NaN when no reference was measured at both ends."""
+        changes = self.change_pct.values()
+        return max(changes, key=abs) if changes else math.nan
+
+    def metrics(self) -> dict[str, float]:
+        out = {"machine_drift_pct": self.largest_pct}
+        for name, ms in self.before_ms.items():
+            out[f"drift/{name}/before_ms"] = ms
+        for name, ms in self.after_ms.items():
+            out[f"drift/{name}/after_ms"] = ms
+        return out
+
+    def note(self, limit_pct: float = DRIFT_LIMIT_PCT) -> str:
+        """A sentence for the run's notes and status when the machine moved by more than ``limit_pct``."""
+        largest = self.largest_pct
+        if not math.isfinite(largest) or abs(largest) <= limit_pct:
+            return ""
+        changes = ", ".join(f"{name} {pct:+.1f}%" for name, pct in self.change_pct.items())
+        return (
+            f"the machine's speed changed during the evaluation: reference operations timed before the training "
+            f"and after the benchmarks differ by {changes} (limit {limit_pct:g}%); the prediction error includes "
+            "that drift - rerun on a quieter machine"
+        )
