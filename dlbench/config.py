@@ -87,6 +87,16 @@ class ProfileConfig:
 
 
 @dataclass
+class EvaluateConfig:
+    """task=evaluate: how the measured step time is taken."""
+
+    #: train again after the benchmarks (unprofiled, no export) and take the measured step time over both
+    #: trainings' steady steps, so a machine that slows down or speeds up during the evaluation moves the
+    #: measurement as much as the benchmarks (the two trainings' medians are logged apart)
+    bracket: bool = True
+
+
+@dataclass
 class BenchmarkConfig:
     """A workload. ``kind`` says which fields matter (validated here, not by subclassing: hydra#1722).
 
@@ -284,6 +294,7 @@ class DlbenchConfig:
     #: (``none``: forward operations only; ``default``: conf/unfold/default.yaml)
     unfold: Any = None
     match: MatchConfig = field(default_factory=MatchConfig)
+    evaluate: EvaluateConfig = field(default_factory=EvaluateConfig)
     roofline: RooflineConfig = field(default_factory=RooflineConfig)
     compare: CompareConfig = field(default_factory=CompareConfig)
     gc: GcConfig = field(default_factory=GcConfig)

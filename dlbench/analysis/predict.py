@@ -76,15 +76,32 @@ def op_type_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return out.sort_values("in_training_ms", ascending=False, ignore_index=True)
 
 
+def steady_steps_s(batches: pd.DataFrame, warmup: int) -> pd.Series:
+    """Wall seconds of the unprofiled steps after the warm-up, from ``batches.csv``."""
+    return batches[(batches["profiled"] == 0) & (batches["step"] >= warmup)]["wall_s"]
+
+
+def bracketed_step_ms(before: pd.DataFrame, after: pd.DataFrame, warmup: int) -> tuple[float, dict[str, float]]:
+    """The measured step time of a training run before the benchmarks and one after them: the median of both
+    runs' steady steps pooled, and each run's own median (their difference: how far the machine moved)."""
+    first, second = steady_steps_s(before, warmup), steady_steps_s(after, warmup)
+    first_ms, second_ms = float(first.median()) * 1e3, float(second.median()) * 1e3
+    return float(pd.concat([first, second]).median()) * 1e3, {
+        "step_time_measured_before_ms": first_ms,
+        "step_time_measured_after_ms": second_ms,
+        "training_drift_pct": (second_ms / first_ms - 1.0) * 100.0 if first_ms > 0 else math.nan,
+    }
+
+
 def measured_step_ms(batches: pd.DataFrame, warmup: int) -> tuple[float, float, int]:
     """(median unprofiled step after the warm-up, median profiled step) in ms from ``batches.csv``, and how
     many unprofiled steps after the warm-up there were.
 
     Profiled steps are slower (the profiler costs microseconds per operator call), so the step time the
     prediction is compared with is that of the unprofiled steps after the warm-up; warm-up steps never count."""
-    steady = batches[(batches["profiled"] == 0) & (batches["step"] >= warmup)]
+    steady = steady_steps_s(batches, warmup)
     profiled = batches[batches["profiled"] == 1]
-    steady_ms = float(steady["wall_s"].median()) * 1e3 if len(steady) else math.nan
+    steady_ms = float(steady.median()) * 1e3 if len(steady) else math.nan
     profiled_ms = float(profiled["wall_s"].median()) * 1e3 if len(profiled) else math.nan
     return steady_ms, profiled_ms, len(steady)
 

@@ -22,6 +22,7 @@ from dlbench.analysis.match import match_profile, profile_per_step
 from dlbench.analysis.predict import (
     FRAMEWORK_MODES,
     FRAMEWORK_OPS,
+    bracketed_step_ms,
     framework_terms,
     measured_step_ms,
     prediction_frame,
@@ -177,6 +178,7 @@ def evaluation_params(cfg: DlbenchConfig, entry, device: str, table, unfold_tabl
         "benchmark_dtype": cfg.dtype,
         "command": shlex.join(entry.command),
         **{f"profile.{k}": v for k, v in asdict(cfg.profile).items()},
+        "evaluate.bracket": cfg.evaluate.bracket,
         **{f"measure.{k}": v for k, v in asdict(cfg.measure).items()},
         **{f"match.training.{k}": v for k, v in table.training.items()},
         "match_table": table.source,
@@ -247,6 +249,13 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         matched = match_profile(profile, step.operations, step.passes, table, weights)
         frame = prediction_frame(step, measurements, implementations, matched.assigned_us)
         framework_ms = measure_framework(cfg, ctx, registry, device, run)
+        bracket: dict[str, float] = {}
+        if cfg.evaluate.bracket:
+            log.info("training %s again after the benchmarks (evaluate.bracket)", entry.name)
+            again = run_training(cfg, entry, arguments, workdir / "bracket")
+            run.log_artifact(again.profile_dir / BATCHES_FILE, "profile/bracket")
+            after = pd.read_csv(again.profile_dir / BATCHES_FILE)
+            measured_ms, bracket = bracketed_step_ms(batches, after, cfg.profile.warmup)
         drift = Drift(reference_before, measure_reference(cfg, ctx, registry, device, "after"))
         layout = len(extraction.layout_nodes)
         terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, layout, framework_ms))
@@ -255,6 +264,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         metrics.update(coverage.metrics())
         metrics.update({"load_average_start": load_start, "load_average_end": os.getloadavg()[0]})
         metrics.update(drift.metrics())
+        metrics.update(bracket)
         notes = list(step.notes) + [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
         if drift.note():
             notes.append(drift.note())

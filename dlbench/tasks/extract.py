@@ -15,11 +15,15 @@ from dlbench.onnx.report import (
     print_extraction,
 )
 from dlbench.tracking.runs import open_run
+from dlbench.tracking.store import import_tracking_in_background
 
 
 def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
-    for path in model_paths(cfg, ctx):
+    paths = model_paths(cfg, ctx)
+    imported = import_tracking_in_background()
+    for path in paths:
         extraction, operations = extract(cfg, ctx, path)
+        imported()
         frame = operations_frame(operations)
         print_extraction(extraction, frame)
         name = f"extract-{extraction.model_name}-bs{cfg.batch_size}"

@@ -92,14 +92,15 @@ def test_a_benchmark_writing_no_output_is_summarised_in_one_line(tmp_path: Path,
     assert result.stderr.count("no result row") == 1
 
 
-def test_a_truncated_onnx_file_is_named(tmp_path: Path, store: Store) -> None:
+def test_a_truncated_onnx_file_is_named_and_leaves_no_store(tmp_path: Path) -> None:
     path = tmp_path / "broken.onnx"
     data = exported("mlp").read_bytes()
     path.write_bytes(data[: len(data) // 3])
-    result = run_dlbench("task=extract", f"model={path.name}", cwd=tmp_path, store=store)
+    result = run_dlbench("task=extract", f"model={path.name}", cwd=tmp_path)  # the default store: ./mlflow.db
     assert result.returncode == 1
     assert_no_traceback(result)
     assert result.stderr.startswith(f"dlbench: {path}: not a readable ONNX model (truncated")
+    assert not (tmp_path / "mlflow.db").exists(), "MLflow is imported meanwhile, but no store is created"
 
 
 def test_a_native_backend_before_the_build_says_once_how_to_build_it(tmp_path: Path) -> None:
