@@ -42,6 +42,7 @@ COLUMNS = (
     "outside_operators_pct",
     "covered_ratio_training_to_benchmark",
     "machine_drift_pct",
+    "training_drift_pct",
 )
 
 
