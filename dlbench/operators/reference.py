@@ -46,7 +46,7 @@ REFERENCE_OPERATIONS = (
             ("dilations_1", 1),
             ("group", 1),
             ("mode", 0),
-        ),  # fmt: skip
+        ),
         name="reference_conv_3x3",
         flops=2.0 * 64 * 56 * 56 * 64 * 9,
     ),

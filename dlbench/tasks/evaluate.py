@@ -149,8 +149,8 @@ def measure_reference(
         if not entries or entries[0].unavailable_reason:
             continue
         result, _ = measure_with_progress(
-            entries[0], [op], run_settings(cfg, device), ctx.output_dir / "protocol", f"reference_{when}", True
-        )
+            entries[0], [op], run_settings(cfg, device), ctx.output_dir / "protocol", f"{op.name}_{when}", True
+        )  # a stem per operation: the GEMM's and the convolution's protocol files stay apart
         if result.interrupted:
             raise KeyboardInterrupt(f"{entries[0].name} was interrupted")
         medians.update(reference_medians(result.measurements))
@@ -266,8 +266,9 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         metrics.update(drift.metrics())
         metrics.update(bracket)
         notes = list(step.notes) + [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
-        if drift.note():
-            notes.append(drift.note())
+        drift_note = drift.note()
+        if drift_note:
+            notes.append(drift_note)
             run.set_tags({"dlbench.drifted": "true"})
         evaluation = Evaluation(frame, terms, matched, metrics, profiled_ms, tuple(notes))
         title = f"{bench.name} bs{batch_size} {cfg.backend} {device}"
