@@ -4,6 +4,7 @@ the MLP at several batch sizes on this machine; prints the prediction error and 
     python bench/prediction_error.py                      # resnet_cifar, transformer_lm, mlp at 16, 32, 64
     python bench/prediction_error.py --models mlp --batch-sizes 16 --threads 2
     python bench/prediction_error.py --rounds 3           # every configuration three times, interleaved
+    python bench/prediction_error.py --caches cold hot    # the benchmarks' cache state side by side
 
 Each evaluation is one MLflow run in a store of its own (default .dlbench/bench/prediction_error.db), so the
 figures can be looked at again with `mlflow ui --backend-store-uri sqlite:///...`. The machine's load
@@ -15,7 +16,9 @@ ran. With ``--rounds N`` the configurations are evaluated round after round (not
 slow spell of the machine hits different configurations; each configuration's figure is the median over
 its rounds of the predicted and of the measured step time (two independent medians; nothing is fitted).
 The summary gives the error over all evaluations, and apart over those whose reference kernels moved by at
-most the drift limit.
+most the drift limit. ``--caches cold hot`` evaluates each configuration with both cache states of the
+operator benchmarks (``evaluate.caches``) one after the other, so the two are compared on the same spell
+of the machine; every summary is then given per cache state.
 """
 
 from __future__ import annotations
@@ -51,13 +54,15 @@ def load_average() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f} (1, 5, 15 min; {os.cpu_count()} logical cores)"
 
 
-def evaluate(model: str, batch_size: int, args: argparse.Namespace, uri: str, experiment: str) -> tuple[str, float]:
-    run_name = f"bench-{model}-bs{batch_size}-{int(time.time())}"
+def evaluate(
+    model: str, batch_size: int, caches: str, args: argparse.Namespace, uri: str, experiment: str
+) -> tuple[str, float]:
+    run_name = f"bench-{model}-bs{batch_size}-{caches}-{int(time.time())}"
     command = [
         sys.executable, "-m", "dlbench", f"+benchmark={model}", "task=evaluate", f"batch_size={batch_size}",
         f"threads={args.threads}", f"steps={args.steps}", f"profile.warmup={args.warmup}",
         f"profile.batches={args.profiled}", f"mlflow.tracking_uri={uri}", f"mlflow.experiment={experiment}",
-        f"mlflow.run_name={run_name}", "quiet=true", *args.overrides,
+        f"mlflow.run_name={run_name}", f"evaluate.caches={caches}", "quiet=true", *args.overrides,
     ]  # fmt: skip
     start = time.perf_counter()
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, timeout=args.timeout)  # noqa: S603
@@ -79,6 +84,9 @@ def main() -> int:
         help="training steps (the measured step: the median of the unprofiled ones after the warm-up)",
     )
     parser.add_argument("--rounds", type=int, default=1, help="evaluate every configuration this often, interleaved")
+    parser.add_argument(
+        "--caches", nargs="+", default=["cold"], choices=["cold", "hot"], help="the benchmarks' cache states"
+    )
     parser.add_argument("--warmup", type=int, default=5, help="training steps before the profiled ones")
     parser.add_argument("--profiled", type=int, default=2, help="profiled training steps")
     parser.add_argument("--store", default=str(ROOT / ".dlbench" / "bench" / "prediction_error.db"))
@@ -97,18 +105,23 @@ def main() -> int:
     for round_ in range(args.rounds):
         for model in args.models:
             for batch_size in args.batch_sizes:
-                run_name, seconds = evaluate(model, batch_size, args, uri, args.experiment)
-                names.append((round_, model, batch_size, run_name, seconds))
-                print(f"  round {round_} {model} bs{batch_size}: {seconds:.0f} s, load {load_average()}", flush=True)
+                for caches in args.caches:
+                    run_name, seconds = evaluate(model, batch_size, caches, args, uri, args.experiment)
+                    names.append((round_, model, batch_size, caches, run_name, seconds))
+                    print(
+                        f"  round {round_} {model} bs{batch_size} caches={caches}: {seconds:.0f} s, "
+                        f"load {load_average()}",
+                        flush=True,
+                    )
     print(f"load average after: {load_average()}")
 
     import pandas as pd
 
     runs = search_runs(resolve_tracking(uri, args.experiment), "", [args.experiment])
     rows = []
-    for round_, model, batch_size, run_name, seconds in names:
+    for round_, model, batch_size, caches, run_name, seconds in names:
         match = runs[runs["tags.mlflow.runName"] == run_name] if len(runs) else runs
-        row = {"round": round_, "model": model, "batch_size": batch_size, "seconds": seconds}
+        row = {"round": round_, "model": model, "batch_size": batch_size, "caches": caches, "seconds": seconds}
         if len(match):
             record = match.iloc[0]
             row["status"] = record["status"]
@@ -138,21 +151,24 @@ def main() -> int:
 
 
 def summarise(what: str, table, threads: int) -> None:
-    errors = [abs(e) for e in table.get("prediction_error_pct", []) if e == e]
-    if not errors:
-        print(f"|prediction error| of {what}: none")
-        return
-    print(
-        f"|prediction error| of {what}: mean {statistics.fmean(errors):.1f}%, max {max(errors):.1f}% over "
-        f"{len(errors)} (aim: <= 15% each, <= 10% on average); threads={threads}"
-    )
+    """The mean and max |error| of ``table``, per cache state of the benchmarks."""
+    for caches in sorted(set(table.get("caches", []))):
+        part = table[table["caches"] == caches]
+        errors = [abs(e) for e in part.get("prediction_error_pct", []) if e == e]
+        if not errors:
+            print(f"|prediction error| of {what}, caches={caches}: none")
+            continue
+        print(
+            f"|prediction error| of {what}, caches={caches}: mean {statistics.fmean(errors):.1f}%, max "
+            f"{max(errors):.1f}% over {len(errors)} (aim: <= 15% each, <= 10% on average); threads={threads}"
+        )
 
 
 def median_over_rounds(table):
     """Per configuration: the median predicted and the median measured step over the rounds, and the error
     of those two medians."""
     ok = table.dropna(subset=["step_time_predicted_ms", "step_time_measured_ms"])
-    grouped = ok.groupby(["model", "batch_size"], sort=False)
+    grouped = ok.groupby(["model", "batch_size", "caches"], sort=False)
     frame = grouped.agg(
         rounds=("round", "count"),
         step_time_predicted_ms=("step_time_predicted_ms", "median"),

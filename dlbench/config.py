@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from dlbench.core.settings import default
+from dlbench.core.settings import CACHE_STATES, default
 
 TASKS = ("run", "list", "extract", "benchmark_model", "evaluate", "compare", "gc")
 DEVICES = ("cpu", "cuda", "auto")
@@ -32,8 +32,11 @@ class MeasureConfig:
     max_time_s: float = float(default("max_time_s"))
     op_budget_s: float = float(default("op_budget_s"))
     memory_fraction: float = float(default("memory_fraction"))
+    caches: str = str(default("caches"))
 
     def __post_init__(self) -> None:
+        if self.caches not in CACHE_STATES:
+            raise ValueError(f"measure.caches must be one of {', '.join(CACHE_STATES)}, got {self.caches!r}")
         if self.warmup < 0:
             raise ValueError(f"measure.warmup must be >= 0, got {self.warmup}")
         if self.min_reps < 1:
@@ -94,6 +97,13 @@ class EvaluateConfig:
     #: trainings' steady steps, so a machine that slows down or speeds up during the evaluation moves the
     #: measurement as much as the benchmarks (the two trainings' medians are logged apart)
     bracket: bool = True
+    #: the operator benchmarks' cache state (``measure.caches`` for this task): ``cold`` by default, because a
+    #: training step's working set exceeds the caches and its operators find their tensors in memory
+    caches: str = "cold"
+
+    def __post_init__(self) -> None:
+        if self.caches not in CACHE_STATES:
+            raise ValueError(f"evaluate.caches must be one of {', '.join(CACHE_STATES)}, got {self.caches!r}")
 
 
 @dataclass

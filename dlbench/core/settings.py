@@ -48,7 +48,16 @@ MEASURE_SETTINGS: tuple[Setting, ...] = (
         "memory_fraction", "DLBENCH_MEMORY_FRACTION", float, 0.8,
         "skip an operation whose tensors need more than this fraction of the free device memory",
     ),
+    Setting(
+        "caches", "DLBENCH_CACHES", str, "hot",
+        "hot: every call reuses one set of tensors, which stay cached; cold: calls rotate over copies filling twice "
+        "the last-level cache, so each reads and writes memory no recent call touched, as in a training step "
+        "(embedded torch kernels only)",
+    ),
 )  # fmt: skip
+
+#: the values of ``caches``
+CACHE_STATES = ("hot", "cold")
 
 #: Top-level config keys an executable is told about, and the verify switch of the native kernels.
 RUN_SETTINGS: tuple[Setting, ...] = (

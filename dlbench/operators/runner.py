@@ -45,6 +45,7 @@ class RunSettings:
     timeout_s: float = 600.0
     op_budget_s: float = float(default("op_budget_s"))
     memory_fraction: float = float(default("memory_fraction"))
+    caches: str = str(default("caches"))
     #: start the executable with the allocator keeping freed memory (:mod:`dlbench.core.allocator`)
     keep_heap: bool = True
 
@@ -226,5 +227,6 @@ def run_settings(cfg: DlbenchConfig, device: str) -> RunSettings:
         timeout_s=cfg.timeout,
         op_budget_s=m.op_budget_s,
         memory_fraction=m.memory_fraction,
+        caches=m.caches,
         keep_heap=cfg.keep_heap,
     )

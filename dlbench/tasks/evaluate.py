@@ -179,6 +179,7 @@ def evaluation_params(cfg: DlbenchConfig, entry, device: str, table, unfold_tabl
         "command": shlex.join(entry.command),
         **{f"profile.{k}": v for k, v in asdict(cfg.profile).items()},
         "evaluate.bracket": cfg.evaluate.bracket,
+        "evaluate.caches": cfg.evaluate.caches,
         **{f"measure.{k}": v for k, v in asdict(cfg.measure).items()},
         **{f"match.training.{k}": v for k, v in table.training.items()},
         "match_table": table.source,
@@ -186,10 +187,21 @@ def evaluation_params(cfg: DlbenchConfig, entry, device: str, table, unfold_tabl
     }
 
 
+def with_evaluation_caches(cfg: DlbenchConfig) -> DlbenchConfig:
+    """The config the evaluation measures with: ``measure.caches`` is ``evaluate.caches`` (and logged so)."""
+    if cfg.evaluate.caches == "cold" and cfg.backend != "torch":
+        raise TaskFailed(
+            f"backend={cfg.backend} times its kernels with hot caches only, and evaluate.caches=cold (the default) "
+            "needs the embedded torch kernels: add evaluate.caches=hot, or use backend=torch"
+        )
+    return replace(cfg, measure=replace(cfg.measure, caches=cfg.evaluate.caches))
+
+
 def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     bench = cfg.benchmark
     if bench is None or bench.kind != "training":
         raise TaskFailed("task=evaluate needs a training benchmark, e.g. +benchmark=resnet_cifar task=evaluate")
+    cfg = with_evaluation_caches(cfg)
     registry = load_registry(ctx.config_dirs)
     entry, arguments = training_entry(cfg, registry)
     check_training_dtype(cfg, entry)

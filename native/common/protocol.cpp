@@ -99,7 +99,7 @@ void print_usage(const KernelSpec &spec) {
               << "  settings: DLBENCH_WARMUP, DLBENCH_MIN_REPS, DLBENCH_MAX_REPS, DLBENCH_MIN_TIME_S,\n"
               << "            DLBENCH_TARGET_REL_CI, DLBENCH_MAX_TIME_S,\n"
               << "            DLBENCH_THREADS, DLBENCH_DEVICE, DLBENCH_DTYPE, DLBENCH_VERIFY=1,\n"
-              << "            DLBENCH_OP_BUDGET_S, DLBENCH_MEMORY_FRACTION\n";
+              << "            DLBENCH_OP_BUDGET_S, DLBENCH_MEMORY_FRACTION, DLBENCH_CACHES=hot\n";
 }
 
 } // namespace
@@ -126,6 +126,11 @@ Settings Settings::from_env() {
                                          " must be a fraction in (0, 1]");
     s.device = env_word("DLBENCH_DEVICE", s.device);
     s.dtype = env_word("DLBENCH_DTYPE", s.dtype);
+    s.caches = env_word("DLBENCH_CACHES", s.caches);
+    if (s.caches != "hot")
+        throw FatalError(kExitUsage, "DLBENCH_CACHES='" + s.caches +
+                                         "': the native kernels time with hot caches only; measure with "
+                                         "caches=hot (measure.caches, evaluate.caches) or with the torch backend");
     std::string verify = env_word("DLBENCH_VERIFY", "0");
     if (verify != "0" && verify != "1")
         throw FatalError(kExitUsage, "DLBENCH_VERIFY='" + verify + "' must be 0 or 1");

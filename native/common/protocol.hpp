@@ -27,6 +27,7 @@ struct Settings {
     bool verify = false;
     double op_budget_s = 0.0;     // seconds one row may spend in warm-up and repetitions; 0: no limit
     double memory_fraction = 0.8; // skip a row needing more than this fraction of the free memory
+    std::string caches = "hot";   // only "hot": "cold" (rotating tensor copies) is the torch kernels' alone
 
     // Read DLBENCH_* variables; a malformed value is a FatalError(kExitUsage) naming the variable.
     static Settings from_env();

@@ -248,6 +248,7 @@ def test_unreadable_input_file_is_a_clear_error(onednn_bin: Path, tmp_path: Path
         ({"DLBENCH_VERIFY": "yes"}, "DLBENCH_VERIFY='yes' must be 0 or 1"),
         ({"DLBENCH_MEMORY_FRACTION": "1.5"}, "DLBENCH_MEMORY_FRACTION=1.500000 must be a fraction in (0, 1]"),
         ({"DLBENCH_OP_BUDGET_S": "-1"}, "DLBENCH_OP_BUDGET_S='-1' is not a number >= 0"),
+        ({"DLBENCH_CACHES": "cold"}, "DLBENCH_CACHES='cold': the native kernels time with hot caches only"),
     ],
 )
 def test_bad_settings_are_usage_errors_naming_the_variable(

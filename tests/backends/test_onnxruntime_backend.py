@@ -268,3 +268,10 @@ def test_a_node_file_round_trips_and_a_broken_entry_fails_only_its_row(tmp_path:
     path.write_text("not json")
     with pytest.raises(ProtocolError, match="x_nodes.json"):
         read_nodes(path)
+
+
+def test_cold_caches_are_refused_rather_than_timed_hot(sample, tmp_path: Path) -> None:
+    entry = load_registry().operator("onnxruntime")
+    result, files = measure_operations(entry, sample[:1], dataclasses.replace(FAST, caches="cold"), tmp_path)
+    assert not any(m.ok for m in result.measurements.values()) and "exited with status 2" in result.run_error
+    assert "the onnxruntime kernels time with hot caches only" in files.stderr_txt.read_text()

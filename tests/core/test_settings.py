@@ -53,7 +53,7 @@ def test_what_the_runner_hands_over_is_what_a_kernel_reads_back() -> None:
     assert set(env) - {"OMP_NUM_THREADS", "GLIBC_TUNABLES"} <= set(ENV_VARS)  # the library's own, besides
     read = from_environment([s.key for s in MEASURE_SETTINGS], env)
     assert read == {"warmup": 7, "min_reps": 3, "max_reps": 9, "min_time_s": 0.125, "op_budget_s": 1.5,
-                    "memory_fraction": 0.8, "target_rel_ci": 0.05, "max_time_s": 2.5}  # fmt: skip
+                    "memory_fraction": 0.8, "target_rel_ci": 0.05, "max_time_s": 2.5, "caches": "hot"}  # fmt: skip
     assert from_environment(["threads"], env) == {"threads": 2} and env["OMP_NUM_THREADS"] == "2"
 
 

@@ -57,6 +57,8 @@ def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_
         assert before > 0 and after > 0
         assert abs(m["machine_drift_pct"]) >= abs(after / before - 1) * 100 - 0.1
     assert ("dlbench.drifted" in run.data.tags) == (abs(m["machine_drift_pct"]) > 10)
+    # evaluate.caches (default cold): what the benchmarks ran with is logged as the measurement setting
+    assert run.data.params["evaluate.caches"] == "cold" and run.data.params["measure.caches"] == "cold"
     # evaluate.bracket (default): trained again after the benchmarks; the measured step spans both trainings
     steady = [
         steps[(steps["profiled"] == 0) & (steps["step"] >= 3)]["wall_s"] * 1e3
@@ -94,13 +96,14 @@ def test_operators_no_benchmark_serves_are_reported_as_uncovered_and_the_run_fin
     write_fake_benchmark(conf, name="my_relu", synonyms=("Relu",), backend="custom")
     result = run_dlbench(
         "+benchmark=mlp_small", "task=evaluate", "backend=custom", *SMALL_MLP, *FAST, "--config-dir", str(conf),
-        "evaluate.bracket=false", cwd=tmp_path, store=store, timeout=400,
+        "evaluate.bracket=false", "evaluate.caches=hot", cwd=tmp_path, store=store, timeout=400,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     run = mlflow_runs(store)[0]
     assert run.info.status == "FINISHED"
     assert "step_time_measured_after_ms" not in run.data.metrics, "evaluate.bracket=false trains once"
     assert run.data.params["evaluate.bracket"] == "False"
+    assert run.data.params["measure.caches"] == "hot"
     uncovered = run.data.tags["dlbench.uncovered_op_types"].split(",")
     assert {"Gemm", "SoftmaxCrossEntropyLoss"} <= set(uncovered) and "Relu" not in uncovered and "SGD" not in uncovered
     assert run.data.metrics["uncovered_time_pct"] > 10

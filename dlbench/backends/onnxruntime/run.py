@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     input_path = Path(args[0])
     try:
-        run = from_environment(("threads", "dtype", "device", "memory_fraction"))
+        run = from_environment(("threads", "dtype", "device", "memory_fraction", "caches"))
         rows = read_input(input_path)
         nodes = read_nodes(nodes_path_for(input_path))
     except (OSError, ValueError) as err:
@@ -111,6 +111,13 @@ def main(argv: list[str] | None = None) -> int:
     dtype = str(run["dtype"])
     if dtype not in DTYPES:
         print(f"DLBENCH_DTYPE={dtype!r}: use one of {', '.join(DTYPES)}", file=sys.stderr)
+        return 2
+    if run["caches"] != "hot":
+        print(
+            f"DLBENCH_CACHES={run['caches']!r}: the onnxruntime kernels time with hot caches only; measure with "
+            "caches=hot (measure.caches, evaluate.caches) or with the torch backend",
+            file=sys.stderr,
+        )
         return 2
     import onnxruntime as ort
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -13,8 +14,9 @@ from dlbench.backends.timing import TimingSettings, clock_for, time_repeated
 from dlbench.backends.torch.kernels import DTYPES, KERNELS
 from dlbench.backends.torch.memory import free_memory, memory_problem, tensor_bytes
 from dlbench.backends.torch.params import UnsupportedRow
+from dlbench.backends.torch.rotation import cold_footprint, copies_for, rotated
 from dlbench.core.descriptors import DESCRIPTORS
-from dlbench.core.settings import from_environment
+from dlbench.core.settings import CACHE_STATES, from_environment
 from dlbench.operators.protocol import (
     SAMPLES_HEADER,
     output_header,
@@ -58,7 +60,7 @@ def main(argv: list[str] | None = None) -> int:
     op_type, input_path = args[0], Path(args[1])
     descriptors = DESCRIPTORS[op_type]
     try:
-        run = from_environment(("threads", "dtype"))
+        run = from_environment(("threads", "dtype", "caches"))
     except ValueError as err:
         print(err, file=sys.stderr)
         return 2
@@ -70,9 +72,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"DLBENCH_DTYPE={dtype_name!r}: use one of {', '.join(DTYPES)}", file=sys.stderr)
         return 2
     dtype = DTYPES[dtype_name]
+    if run["caches"] not in CACHE_STATES:
+        print(f"DLBENCH_CACHES={run['caches']!r}: use one of {', '.join(CACHE_STATES)}", file=sys.stderr)
+        return 2
     settings = TimingSettings.from_env()
     memory_fraction = _memory_fraction_from_env()
     element_size = torch.empty((), dtype=dtype).element_size()
+    footprint = cold_footprint(str(run["caches"]), device)
     clock = clock_for(device.type)  # CUDA events on a GPU: device time, no synchronize per call
     try:
         rows = read_input(input_path)
@@ -96,12 +102,14 @@ def main(argv: list[str] | None = None) -> int:
                         f"{len(values)} parameters, {op_type} takes {len(descriptors)}: {', '.join(descriptors)}"
                     )
                 params = dict(zip(descriptors, values, strict=True))
-                skip = memory_problem(tensor_bytes(op_type, params, element_size), free_memory(device), memory_fraction)
+                row_bytes = tensor_bytes(op_type, params, element_size)
+                copies = copies_for(row_bytes, footprint)
+                skip = memory_problem(row_bytes * copies, free_memory(device), memory_fraction)
                 if skip:
                     failed += 1
                     print(f"id {op_id}: {skip}", file=sys.stderr, flush=True)
                     continue
-                fn = KERNELS[op_type](params, device, dtype)
+                fn = rotated(partial(KERNELS[op_type], params, device, dtype), copies)
                 timing = time_repeated(fn, settings, clock=clock)
                 del fn  # free this row's tensors before the next row is sized
                 if device.type == "cuda":

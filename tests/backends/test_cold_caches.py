@@ -1,0 +1,90 @@
+"""``caches=cold``: the torch kernels rotate over copies of a row's tensors filling twice the last-level
+cache, keeping the last outputs alive, so no call finds its tensors in the caches; kernels that cannot do
+so refuse the setting instead of timing hot caches under its name."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from helpers import run_dlbench
+
+from dlbench.backends.torch import rotation
+from dlbench.backends.torch.rotation import MAX_COPIES, copies_for, last_level_cache_bytes, rotated
+from dlbench.operators.protocol import parse_output, write_input
+
+
+def test_copies_fill_the_footprint_and_a_row_larger_than_it_is_not_copied() -> None:
+    mib = 1 << 20
+    assert copies_for(10 * mib, 0) == 1, "hot caches: one set of tensors"
+    assert copies_for(10 * mib, 64 * mib) == 7
+    assert copies_for(100 * mib, 64 * mib) == 1, "a row larger than the footprint streams through the caches anyway"
+    assert copies_for(16, 64 * mib) == MAX_COPIES
+    assert copies_for(0, 64 * mib) == 1, "rows without tensors (framework overhead) are not copied"
+
+
+def test_rotated_calls_take_the_copies_in_turn_and_keep_the_last_outputs_alive() -> None:
+    sources: list[torch.Tensor] = []
+
+    def build():
+        x = torch.randn(4096)
+        sources.append(x)
+        return lambda: x * 2
+
+    call = rotated(build, 4)
+    assert len(sources) == 4, "one build per copy"
+    pointers = []
+    for i in range(12):
+        out = call()
+        torch.testing.assert_close(out, sources[i % 4] * 2)  # the copies in turn
+        pointers.append(out.data_ptr())
+        del out  # the caller lets go; the rotation still holds the last four
+    for start in range(len(pointers) - 4):
+        window = pointers[start : start + 5]
+        assert len(set(window)) == 5, "an output block is reused only after four newer outputs were written"
+
+
+def test_the_last_level_cache_is_read_from_sysfs_with_a_fallback(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for index, size in (("index0", "48K"), ("index2", "1024K"), ("index3", "32768K")):
+        (tmp_path / index).mkdir()
+        (tmp_path / index / "size").write_text(f"{size}\n")
+    monkeypatch.setattr(rotation, "CPU_CACHES", tmp_path)
+    assert last_level_cache_bytes(torch.device("cpu")) == 32 << 20
+    monkeypatch.setattr(rotation, "CPU_CACHES", tmp_path / "absent")
+    assert last_level_cache_bytes(torch.device("cpu")) == rotation.FALLBACK_CACHE_BYTES
+
+
+def _relu(tmp_path: Path, caches: str) -> subprocess.CompletedProcess[str]:
+    path = write_input(tmp_path / "Relu.csv", [(0, [8, 16, 32, 32, 0]), (1, [8, 16, 32, 32, 1])])
+    env = {**os.environ, "DLBENCH_MIN_REPS": "3", "DLBENCH_MIN_TIME_S": "0", "DLBENCH_WARMUP": "1",
+           "DLBENCH_THREADS": "1", "DLBENCH_CACHES": caches}  # fmt: skip
+    return subprocess.run(  # noqa: S603 - this interpreter, a fixed module
+        [sys.executable, "-m", "dlbench.backends.torch", "Relu", str(path)],
+        env=env, capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+
+def test_the_torch_executable_measures_every_row_with_cold_caches(tmp_path: Path) -> None:
+    done = _relu(tmp_path, "cold")
+    assert done.returncode == 0, done.stderr
+    rows = parse_output(tmp_path / "Relu_out.csv", [0, 1]).rows
+    assert sorted(rows) == [0, 1] and all(r.median_ms > 0 and r.reps >= 3 for r in rows.values())
+
+
+def test_an_unknown_cache_state_is_a_usage_error_naming_the_variable(tmp_path: Path) -> None:
+    done = _relu(tmp_path, "warm")
+    assert done.returncode == 2
+    assert "DLBENCH_CACHES='warm': use one of hot, cold" in done.stderr
+
+
+def test_an_evaluation_on_a_hot_only_backend_is_refused_before_training(tmp_path: Path) -> None:
+    result = run_dlbench("+benchmark=mlp", "task=evaluate", "backend=onednn", cwd=tmp_path, timeout=120)
+    assert result.returncode != 0
+    assert "backend=onednn times its kernels with hot caches only" in result.stderr
+    assert "evaluate.caches=hot" in result.stderr and "Traceback" not in result.stderr
