@@ -46,3 +46,35 @@ def test_benchmark_executables_get_the_setting_and_a_users_own_tunables_win(monk
     assert "GLIBC_TUNABLES" not in RunSettings(keep_heap=False).environment()
     monkeypatch.setenv("GLIBC_TUNABLES", "glibc.malloc.arena_max=1")
     assert "GLIBC_TUNABLES" not in RunSettings().environment(), "the user's variable reaches the child unchanged"
+
+
+#: a 32 MiB tensor (training's vocabulary-4096 logits at batch 16) allocated and written once, after a
+#: warm heap of 256 MiB was freed, with or without trimming in between; prints the page faults of the write
+AFTER_A_WARM_HEAP = """
+import resource, sys, torch
+from dlbench.core.allocator import release_free_heap
+blocks = [torch.ones(1 << 18) for _ in range(256)]  # 256 x 1 MiB, from the heap (below the mmap threshold)
+del blocks
+if sys.argv[1] == "trim":
+    assert release_free_heap()
+before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+torch.ones(2048, 4096)
+print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before)
+"""
+
+
+def _faults_after_a_warm_heap(trim: bool) -> int:
+    env = {"PATH": "/usr/bin:/bin", **allocator_environment(True)}
+    out = subprocess.run(  # noqa: S603 - this interpreter, a fixed script
+        [sys.executable, "-c", AFTER_A_WARM_HEAP, "trim" if trim else "keep"],
+        env=env, capture_output=True, text=True, check=True,
+    )  # fmt: skip
+    return int(out.stdout.strip())
+
+
+def test_trimming_the_heap_lets_a_row_fault_in_its_large_tensors_as_training_does() -> None:
+    warm = _faults_after_a_warm_heap(trim=False)
+    trimmed = _faults_after_a_warm_heap(trim=True)
+    pages = (32 << 20) // 4096
+    assert warm < pages / 4, f"carved from the freed heap: {warm} faults"
+    assert trimmed > pages * 0.9, f"mapped afresh after the trim: {trimmed} faults (of {pages} pages)"

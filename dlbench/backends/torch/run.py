@@ -15,6 +15,7 @@ from dlbench.backends.torch.kernels import DTYPES, KERNELS
 from dlbench.backends.torch.memory import free_memory, memory_problem, tensor_bytes
 from dlbench.backends.torch.params import UnsupportedRow
 from dlbench.backends.torch.rotation import cold_footprint, copies_for, rotated
+from dlbench.core.allocator import release_free_heap
 from dlbench.core.descriptors import DESCRIPTORS
 from dlbench.core.settings import CACHE_STATES, from_environment
 from dlbench.operators.protocol import (
@@ -102,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
                         f"{len(values)} parameters, {op_type} takes {len(descriptors)}: {', '.join(descriptors)}"
                     )
                 params = dict(zip(descriptors, values, strict=True))
+                release_free_heap()  # every row starts from the same heap, whatever the rows before it freed
                 row_bytes = tensor_bytes(op_type, params, element_size)
                 copies = copies_for(row_bytes, footprint)
                 skip = memory_problem(row_bytes * copies, free_memory(device), memory_fraction)
