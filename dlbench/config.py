@@ -19,6 +19,11 @@ DTYPES = ("float32", "float16", "bfloat16")
 BENCHMARK_KINDS = ("operator", "training", "roofline")
 
 
+def check_cache_state(key: str, value: str) -> None:
+    if value not in CACHE_STATES:
+        raise ValueError(f"{key} must be one of {', '.join(CACHE_STATES)}, got {value!r}")
+
+
 @dataclass
 class MeasureConfig:
     """How each operation is timed: warm-up, then repeat until both minima are met (capped). Defaults and
@@ -35,8 +40,7 @@ class MeasureConfig:
     caches: str = str(default("caches"))
 
     def __post_init__(self) -> None:
-        if self.caches not in CACHE_STATES:
-            raise ValueError(f"measure.caches must be one of {', '.join(CACHE_STATES)}, got {self.caches!r}")
+        check_cache_state("measure.caches", self.caches)
         if self.warmup < 0:
             raise ValueError(f"measure.warmup must be >= 0, got {self.warmup}")
         if self.min_reps < 1:
@@ -102,8 +106,7 @@ class EvaluateConfig:
     caches: str = "cold"
 
     def __post_init__(self) -> None:
-        if self.caches not in CACHE_STATES:
-            raise ValueError(f"evaluate.caches must be one of {', '.join(CACHE_STATES)}, got {self.caches!r}")
+        check_cache_state("evaluate.caches", self.caches)
 
 
 @dataclass

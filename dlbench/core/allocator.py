@@ -15,6 +15,7 @@ CPU performance guides recommend. Blocks above 32 MiB are still mapped per call 
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 
 KEEP_HEAP_TUNABLES = "glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824"
@@ -36,10 +37,17 @@ def release_free_heap() -> bool:
     above is 1 GiB), and a later row's tensors of 32 MiB or more, which training maps afresh and faults in on
     every step, are then carved from that warm heap: the same row measured 30 ms in one run and 12 ms in the
     next, depending on the rows before it. Trimming before each row starts every row from the same heap."""
-    try:
-        libc = ctypes.CDLL(None)
-        trim = libc.malloc_trim
-    except (OSError, AttributeError):
+    trim = _malloc_trim()
+    if trim is None:
         return False
     trim(0)
     return True
+
+
+@functools.cache
+def _malloc_trim():
+    """glibc's ``malloc_trim``, looked up once per process (None without it)."""
+    try:
+        return ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
