@@ -202,6 +202,32 @@ def _sqlite_missing(uri: str) -> bool:
     return uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists()
 
 
+#: MLflow modules a command imports late (inside MLflow's own functions), for a warm-start server to import.
+LATE_IMPORTS = (
+    "mlflow.tracking",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "mlflow.store.artifact.local_artifact_repo",
+    "mlflow.store.db.utils",
+    "alembic.runtime.migration",
+    "alembic.script",
+    "sqlalchemy.dialects.sqlite",
+)
+
+
+def warm_up_tracking(folder: Path) -> None:
+    """MLflow's one-time costs, paid in a warm-start server before it forks (see ``dlbench.cli.forkserver``):
+    its late imports, and its schema migrations run on a throwaway SQLite store in ``folder``, whose engine is
+    closed again (no connection may cross a fork)."""
+    import importlib
+
+    for name in LATE_IMPORTS:
+        importlib.import_module(name)
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+
+    store = SqlAlchemyStore(f"sqlite:///{folder}/mlflow.db", str(folder / "artifacts"))
+    store.engine.dispose()
+
+
 def prepare_store(target: TrackingTarget, timeout_s: float = 10.0) -> str:
     """Create the store and the experiment once (before parallel jobs start); return the experiment id."""
     check_reachable(target, timeout_s)

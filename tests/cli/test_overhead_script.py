@@ -28,6 +28,9 @@ def test_the_overhead_script_reports_every_command_against_its_target(tmp_path: 
     import pandas as pd
 
     figures = pd.read_csv(out).set_index("command")
-    for command, target in [("--help", 1.0), ("task=list", 2.0), ("task=extract resnet50", 3.0)]:
-        assert figures.loc[command, "target_s"] == target and figures.loc[command, "ratio"] > 0
-    assert figures.loc["conv sweep overhead", "target_s"] == pytest.approx(2.0 + 0.005 * 23)
+    for mode in ("cold", "warm"):  # each command without and with a warm-start server
+        for command, target in [("--help", 1.0), ("task=list", 2.0), ("task=extract resnet50", 3.0)]:
+            assert figures.loc[f"{command} ({mode})", "target_s"] == target
+            assert figures.loc[f"{command} ({mode})", "ratio"] > 0
+        assert figures.loc[f"conv sweep overhead ({mode})", "target_s"] == pytest.approx(2.0 + 0.005 * 23)
+    assert figures.loc["warm-start server: start and load", "median_s"] > 0
