@@ -303,12 +303,24 @@ def run_command(request: dict, fds: list[int], close: list[int]) -> None:
 SERVER_START_DIR = os.getcwd()
 
 
+def idle_seconds(value: str) -> float:
+    """``DLBENCH_WARM_IDLE_S``; the default where it is unset or not a positive number (the server's log says)."""
+    try:
+        seconds = float(value) if value.strip() else DEFAULT_IDLE_S
+    except ValueError:
+        seconds = -1.0
+    if seconds <= 0:
+        print(f"{IDLE_ENV}={value!r} is not a positive number of seconds: using {DEFAULT_IDLE_S:g}", flush=True)
+        return DEFAULT_IDLE_S
+    return seconds
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 1:
         print("usage: python -m dlbench.cli.forkserver SOCKET", file=sys.stderr)
         return 2
     path = Path(argv[0])
-    server = Server(path, float(os.environ.get(IDLE_ENV, DEFAULT_IDLE_S)))
+    server = Server(path, idle_seconds(os.environ.get(IDLE_ENV, "")))
     if not server.bind():
         return 0  # another server for this environment is up
     start = time.perf_counter()

@@ -196,8 +196,30 @@ class Client:
             except InterruptedError:
                 continue
         if "signal" in ended:
-            return 128 + int(ended["signal"])
+            end_by_signal(int(ended["signal"]))
         return int(ended["exit"])
+
+
+def end_by_signal(signum: int) -> None:
+    """Die of the signal that ended the command, so that whoever started dlbench sees what a process of its
+    own would have shown (a Python parent: returncode -signum; a shell: 128 + signum)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    if signum not in (signal.SIGKILL, signal.SIGSTOP):  # these two have no handler to reset
+        signal.signal(signum, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, [signum])
+    os.kill(os.getpid(), signum)
+    os._exit(128 + signum)  # a signal whose default action is not to end the process
+
+
+def standard_streams_open() -> bool:
+    """Descriptors 0-2 can be passed (a command started with one closed runs here, as it would run)."""
+    try:
+        for fd in (0, 1, 2):
+            os.fstat(fd)
+    except OSError:
+        return False
+    return True
 
 
 def _umask() -> int:
@@ -221,7 +243,7 @@ def run_warm(argv: list[str]) -> int | None:
     """Run the command in this environment's server and return its exit status; None when there is no
     server (one is started when this process exits) or warm start does not apply: the caller runs it."""
     path = socket_path(os.environ)
-    if path is None:
+    if path is None or not standard_streams_open():
         return None
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -235,7 +257,7 @@ def run_warm(argv: list[str]) -> int | None:
     client = Client(sock)
     try:
         return client.run(argv)
-    except (EOFError, ConnectionError):
+    except (EOFError, OSError, ValueError):  # the server went away, or said something this client cannot read
         if client.command_pid:
             # the command was started and its server is gone: the command got SIGTERM with it (its runs end
             # KILLED); running it again here would measure it twice

@@ -267,3 +267,47 @@ def test_a_process_that_started_threads_is_not_forked() -> None:
     result = subprocess.run([sys.executable, "-c", script], env=clean_env(), capture_output=True, text=True, timeout=60)
     assert result.stdout.split() == ["False", "True", "False"], result.stderr
     assert os.environ.get("DLBENCH_WARM") == "0", "the test session runs commands without a server"
+
+
+def test_a_fork_killed_by_a_signal_ends_its_client_by_the_same_signal(server: Path, tmp_path: Path) -> None:
+    slow = ("measure.warmup=0", "measure.min_reps=1", "measure.max_reps=100000000", "measure.min_time_s=2.0")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dlbench", "+benchmark=relu", "batch_size=3", *slow, "quiet=true"],
+        cwd=tmp_path, env=warm_env(server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    )  # fmt: skip
+    command = wait_for_command(server, "batch_size=3", proc)
+    command.kill()  # as the out-of-memory killer would
+    assert proc.wait(timeout=60) == -signal.SIGKILL, "what a parent sees of a dlbench process killed by SIGKILL"
+
+
+def test_a_command_started_with_a_closed_standard_stream_runs_in_its_own_process(server: Path, tmp_path: Path) -> None:
+    before = len(served(server))
+    script = (
+        "import os, runpy, sys; os.close(0); sys.argv = ['dlbench', 'task=list']; "
+        "runpy.run_module('dlbench', run_name='__main__')"
+    )
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, env=warm_env(server), capture_output=True,
+                            text=True, timeout=120)  # fmt: skip
+    assert result.returncode == 0 and "torch_conv" in result.stdout, result.stderr
+    assert len(served(server)) == before, "a closed descriptor cannot be passed: the command ran here"
+
+
+def test_an_idle_server_leaves_and_a_bad_idle_setting_falls_back_to_the_default(tmp_path: Path) -> None:
+    from dlbench.cli.forkserver import idle_seconds
+
+    assert idle_seconds("") == warmstart.DEFAULT_IDLE_S
+    assert idle_seconds("soon") == idle_seconds("-5") == warmstart.DEFAULT_IDLE_S
+    assert idle_seconds("2.5") == 2.5
+    folder = Path(tempfile.mkdtemp(prefix="dlbi", dir="/tmp"))
+    env = warm_env(folder, DLBENCH_WARM_IDLE_S="1")
+    try:
+        subprocess.run([sys.executable, "-m", "dlbench.cli.warmstart", "start"], cwd=tmp_path, env=env, check=True,
+                       capture_output=True, timeout=300)  # fmt: skip
+        assert list(folder.glob("*.sock"))
+        deadline = time.monotonic() + 30
+        while list(folder.glob("*.sock")) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not list(folder.glob("*.sock")), "a server without commands leaves after DLBENCH_WARM_IDLE_S"
+        assert "leaves after 0 commands" in "".join(log.read_text() for log in folder.glob("*.log"))
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
