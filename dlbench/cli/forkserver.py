@@ -26,7 +26,7 @@ from pathlib import Path
 from dlbench.cli.warmstart import (
     DEFAULT_IDLE_S,
     IDLE_ENV,
-    receive_exactly,
+    receive_message,
     send_message,
 )
 from dlbench.core import forking
@@ -179,14 +179,16 @@ class Server:
         conn.settimeout(REQUEST_TIMEOUT_S)
         try:
             _, fds, _, _ = socket.recv_fds(conn, 1, 3)
-            (size,) = struct.unpack("!I", receive_exactly(conn, 4))
-            import json
-
-            request = json.loads(receive_exactly(conn, size))
-        except (OSError, EOFError, ValueError):
+        except OSError:
             conn.close()
             return
-        if len(fds) != 3:
+        try:
+            request = receive_message(conn)
+        except (OSError, EOFError, ValueError):
+            request = None
+        if request is None or len(fds) != 3:
+            for fd in fds:
+                os.close(fd)
             conn.close()
             return
         conn.settimeout(None)
@@ -206,10 +208,7 @@ class Server:
 
     def _from_client(self, command: Command) -> None:
         try:
-            (size,) = struct.unpack("!I", receive_exactly(command.conn, 4))
-            import json
-
-            message = json.loads(receive_exactly(command.conn, size))
+            message = receive_message(command.conn)
         except (OSError, EOFError, ValueError):
             self._client_gone(command)
             return
@@ -261,6 +260,7 @@ def run_command(request: dict, fds: list[int], close: list[int]) -> None:
         os.setsid()
         _die_with_parent()
         forking.mark_forked_from_server(forking.native_threads())
+        forking.name_process("dlbench")
         forking.default_signals(bool(request.get("sigint_ignored", False)))
         for fd in close:
             with contextlib.suppress(OSError):

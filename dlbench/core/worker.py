@@ -28,6 +28,7 @@ from dlbench.core.forking import (
     default_signals,
     fresh_seeds,
     fresh_standard_streams,
+    name_process,
     replace_environment,
     still_as_forked,
 )
@@ -151,6 +152,7 @@ class Worker:
         if pid == 0:  # pragma: no cover - the child, which ends in os._exit
             try:
                 os.setsid()
+                name_process("dlbench-worker")
                 default_signals()
                 os.dup2(stdin_read, 0)
                 os.dup2(self._log.fileno(), 1)

@@ -107,6 +107,7 @@ def test_the_embedded_worker_of_a_warm_command_is_a_fork_not_a_new_interpreter(s
         assert workers, "the command started its kernels' worker"
         assert all("dlbench.backends.torch" not in " ".join(w.cmdline()) for w in workers)
         assert all("dlbench.cli.forkserver" in " ".join(w.cmdline()) for w in workers), "forked, not exec'd"
+        assert command.name() == "dlbench" and all(w.name() == "dlbench-worker" for w in workers), "as top shows them"
         proc.send_signal(signal.SIGINT)  # Ctrl-C in the terminal reaches the client, which passes it on
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 130, out + err
