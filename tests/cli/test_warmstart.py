@@ -131,13 +131,18 @@ def wait_for_command(folder: Path, marker: str, proc: subprocess.Popen[str], tim
     pytest.fail("the server never forked the command")
 
 
-def test_a_killed_client_takes_its_command_with_it(server: Path, tmp_path: Path) -> None:
+def start_slow_warm_sweep(server: Path, cwd: Path, batch_size: int) -> tuple[subprocess.Popen, psutil.Process]:
+    """A warm relu sweep whose rows each repeat for 2 s; the client and the fork running it."""
     slow = ("measure.warmup=0", "measure.min_reps=1", "measure.max_reps=100000000", "measure.min_time_s=2.0")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dlbench", "+benchmark=relu", "batch_size=2", *slow, "quiet=true"],
-        cwd=tmp_path, env=warm_env(server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        [sys.executable, "-m", "dlbench", "+benchmark=relu", f"batch_size={batch_size}", *slow, "quiet=true"],
+        cwd=cwd, env=warm_env(server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
-    command = wait_for_command(server, "batch_size=2", proc)
+    return proc, wait_for_command(server, f"batch_size={batch_size}", proc)
+
+
+def test_a_killed_client_takes_its_command_with_it(server: Path, tmp_path: Path) -> None:
+    proc, command = start_slow_warm_sweep(server, tmp_path, 2)
     time.sleep(1.0)
     family = [command, *command.children(recursive=True)]
     proc.kill()  # no chance to pass anything on: the server sees the connection close
@@ -271,12 +276,7 @@ def test_a_process_that_started_threads_is_not_forked() -> None:
 
 
 def test_a_fork_killed_by_a_signal_ends_its_client_by_the_same_signal(server: Path, tmp_path: Path) -> None:
-    slow = ("measure.warmup=0", "measure.min_reps=1", "measure.max_reps=100000000", "measure.min_time_s=2.0")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dlbench", "+benchmark=relu", "batch_size=3", *slow, "quiet=true"],
-        cwd=tmp_path, env=warm_env(server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    command = wait_for_command(server, "batch_size=3", proc)
+    proc, command = start_slow_warm_sweep(server, tmp_path, 3)
     command.kill()  # as the out-of-memory killer would
     assert proc.wait(timeout=60) == -signal.SIGKILL, "what a parent sees of a dlbench process killed by SIGKILL"
 
