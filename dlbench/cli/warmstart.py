@@ -168,6 +168,15 @@ class Client:
         else:  # the command has not started yet: it gets the signal as soon as it has
             self._pending.append(signum)
 
+    def _stop(self, signum: int, frame: object) -> None:
+        """Ctrl-Z: stop the command as the terminal would stop a process of its own, then this client; when
+        the shell continues the client (``fg``, ``bg``), continue the command."""
+        self._forward(signal.SIGSTOP, frame)
+        signal.signal(signal.SIGTSTP, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTSTP)  # stops here until SIGCONT
+        signal.signal(signal.SIGTSTP, self._stop)
+        self._forward(signal.SIGCONT, frame)
+
     def run(self, argv: list[str]) -> int:
         sigint_ignored = signal.getsignal(signal.SIGINT) == signal.SIG_IGN
         request = {"argv": argv, "cwd": os.getcwd(), "env": dict(os.environ), "umask": _umask(),
@@ -175,6 +184,8 @@ class Client:
         for signum in FORWARDED:
             if signal.getsignal(signum) != signal.SIG_IGN:
                 signal.signal(signum, self._forward)
+        if signal.getsignal(signal.SIGTSTP) != signal.SIG_IGN:
+            signal.signal(signal.SIGTSTP, self._stop)
         socket.send_fds(self.sock, [b"R"], [0, 1, 2])
         send_message(self.sock, request)
         self.sock.settimeout(WAIT_NOTICE_S)

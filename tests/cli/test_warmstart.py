@@ -312,3 +312,28 @@ def test_an_idle_server_leaves_and_a_bad_idle_setting_falls_back_to_the_default(
         assert "leaves after 0 commands" in "".join(log.read_text() for log in folder.glob("*.log"))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def test_ctrl_z_stops_the_command_and_fg_continues_it(server: Path, tmp_path: Path) -> None:
+    with default_signals_in_children():
+        proc, command = start_slow_warm_sweep(server, tmp_path, 4)
+    client = psutil.Process(proc.pid)
+
+    def wait_until(stopped: bool, *processes: psutil.Process) -> None:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            if all((p.status() == psutil.STATUS_STOPPED) == stopped for p in processes):
+                return
+            time.sleep(0.05)
+        pytest.fail(f"expected stopped={stopped}: {[(p.pid, p.status()) for p in processes]}")
+
+    try:
+        proc.send_signal(signal.SIGTSTP)  # what the terminal sends on Ctrl-Z
+        wait_until(True, client, command)
+        proc.send_signal(signal.SIGCONT)  # what the shell's fg sends
+        wait_until(False, client, command)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
