@@ -170,7 +170,11 @@ class Client:
 
     def _stop(self, signum: int, frame: object) -> None:
         """Ctrl-Z: stop the command as the terminal would stop a process of its own, then this client; when
-        the shell continues the client (``fg``, ``bg``), continue the command."""
+        the shell continues the client (``fg``, ``bg``), continue the command. Before the command has started
+        there is nothing to stop yet: the client stops with it as soon as it has."""
+        if not self.command_pid:
+            self._pending.append(signal.SIGTSTP)
+            return
         self._forward(signal.SIGSTOP, frame)
         signal.signal(signal.SIGTSTP, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGTSTP)  # stops here until SIGCONT
@@ -199,7 +203,10 @@ class Client:
         self.sock.settimeout(None)
         self.command_pid = int(started["pid"])
         for signum in self._pending:
-            send_message(self.sock, {"signal": signum})
+            if signum == signal.SIGTSTP:
+                self._stop(signum, None)
+            else:
+                send_message(self.sock, {"signal": signum})
         while True:
             try:
                 ended = receive_message(self.sock)

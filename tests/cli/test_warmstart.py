@@ -131,14 +131,35 @@ def wait_for_command(folder: Path, marker: str, proc: subprocess.Popen[str], tim
     pytest.fail("the server never forked the command")
 
 
-def start_slow_warm_sweep(server: Path, cwd: Path, batch_size: int) -> tuple[subprocess.Popen, psutil.Process]:
-    """A warm relu sweep whose rows each repeat for 2 s; the client and the fork running it."""
+def start_slow_warm_client(server: Path, cwd: Path, batch_size: int) -> subprocess.Popen:
+    """The client of a warm relu sweep whose rows each repeat for 2 s."""
     slow = ("measure.warmup=0", "measure.min_reps=1", "measure.max_reps=100000000", "measure.min_time_s=2.0")
-    proc = subprocess.Popen(
+    return subprocess.Popen(
         [sys.executable, "-m", "dlbench", "+benchmark=relu", f"batch_size={batch_size}", *slow, "quiet=true"],
         cwd=cwd, env=warm_env(server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )  # fmt: skip
+
+
+def start_slow_warm_sweep(server: Path, cwd: Path, batch_size: int) -> tuple[subprocess.Popen, psutil.Process]:
+    """A warm relu sweep whose rows each repeat for 2 s; the client and the fork running it."""
+    proc = start_slow_warm_client(server, cwd, batch_size)
     return proc, wait_for_command(server, f"batch_size={batch_size}", proc)
+
+
+def wait_until_stopped(stopped: bool, *processes: psutil.Process) -> None:
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline:
+        if all((p.status() == psutil.STATUS_STOPPED) == stopped for p in processes):
+            return
+        time.sleep(0.05)
+    pytest.fail(f"expected stopped={stopped}: {[(p.pid, p.status()) for p in processes]}")
+
+
+def catches(pid: int, signum: int) -> bool:
+    """Whether process ``pid`` has a handler for ``signum`` (its SigCgt mask in /proc)."""
+    status = Path(f"/proc/{pid}/status").read_text()
+    caught = int(re.search(r"^SigCgt:\s*([0-9a-f]+)$", status, re.M)[1], 16)
+    return bool(caught & (1 << (signum - 1)))
 
 
 def test_a_killed_client_takes_its_command_with_it(server: Path, tmp_path: Path) -> None:
@@ -318,20 +339,42 @@ def test_ctrl_z_stops_the_command_and_fg_continues_it(server: Path, tmp_path: Pa
     with default_signals_in_children():
         proc, command = start_slow_warm_sweep(server, tmp_path, 4)
     client = psutil.Process(proc.pid)
-
-    def wait_until(stopped: bool, *processes: psutil.Process) -> None:
-        deadline = time.monotonic() + 20
-        while time.monotonic() < deadline:
-            if all((p.status() == psutil.STATUS_STOPPED) == stopped for p in processes):
-                return
-            time.sleep(0.05)
-        pytest.fail(f"expected stopped={stopped}: {[(p.pid, p.status()) for p in processes]}")
-
     try:
         proc.send_signal(signal.SIGTSTP)  # what the terminal sends on Ctrl-Z
-        wait_until(True, client, command)
+        wait_until_stopped(True, client, command)
         proc.send_signal(signal.SIGCONT)  # what the shell's fg sends
-        wait_until(False, client, command)
+        wait_until_stopped(False, client, command)
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_ctrl_z_before_the_command_has_started_stops_it_as_soon_as_it_has(server: Path, tmp_path: Path) -> None:
+    servers = list(warmstart.ready_servers(warm_env(server)).values())
+    assert servers
+    for pid in servers:  # a server held still: the client has asked, and no command exists yet
+        os.kill(pid, signal.SIGSTOP)
+    try:
+        with default_signals_in_children():
+            proc = start_slow_warm_client(server, tmp_path, 5)
+        client = psutil.Process(proc.pid)
+        deadline = time.monotonic() + 30
+        while not catches(proc.pid, signal.SIGTSTP) and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert catches(proc.pid, signal.SIGTSTP), "the client handles Ctrl-Z once it has asked for its command"
+        proc.send_signal(signal.SIGTSTP)
+        time.sleep(0.5)
+        assert client.status() != psutil.STATUS_STOPPED, "a client stopped first would leave its command running"
+    finally:
+        for pid in servers:
+            os.kill(pid, signal.SIGCONT)
+    try:
+        command = wait_for_command(server, "batch_size=5", proc)
+        wait_until_stopped(True, client, command)
+        proc.send_signal(signal.SIGCONT)
+        wait_until_stopped(False, client, command)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 130
     finally:
