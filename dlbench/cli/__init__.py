@@ -117,17 +117,25 @@ def run_here() -> None:
     except SystemExit as done:
         status = _exit_status(done.code)
     except KeyboardInterrupt as err:
-        print(f"dlbench: interrupted ({err})" if str(err) else "dlbench: interrupted", file=sys.stderr)
-        status = INTERRUPT_STATUS.get(type(err).__name__, 130)
+        status = _interrupted(err)
     except Exception as err:
         from dlbench.cli.errors import JobFailed, report
+        from dlbench.core.errors import interrupt_behind
 
-        # a failed multirun job has said what went wrong already
-        status = err.status if isinstance(err, JobFailed) else report(err, verbose)
+        interrupt = interrupt_behind(err)
+        if interrupt is not None:  # what failed while Ctrl-C was being handled failed because of it
+            status = _interrupted(interrupt)
+        else:  # a failed multirun job has said what went wrong already
+            status = err.status if isinstance(err, JobFailed) else report(err, verbose)
     line = _final_line()
     if line:
         print(line, file=sys.stderr if status else sys.stdout, flush=True)
     _exit_now(status)
+
+
+def _interrupted(err: KeyboardInterrupt) -> int:
+    print(f"dlbench: interrupted ({err})" if str(err) else "dlbench: interrupted", file=sys.stderr)
+    return INTERRUPT_STATUS.get(type(err).__name__, 130)
 
 
 def _exit_now(status: int) -> None:

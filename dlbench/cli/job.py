@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.cli.errors import ConfigError, JobFailed, report
-from dlbench.core.errors import TaskFailed
+from dlbench.core.errors import TaskFailed, interrupt_behind
 
 #: Set by the entry: whether the user asked for stack traces (HYDRA_FULL_ERROR=1 is set for Hydra's sake).
 FULL_ERROR_ENV = "DLBENCH_FULL_ERROR"
@@ -152,6 +152,9 @@ def run_job(cfg: Any) -> None:
         if multirun:
             _record_runs(Path(hydra_cfg.runtime.output_dir), before, failure is not None)
     assert failure is not None
+    interrupt = interrupt_behind(failure)
+    if interrupt is not None:  # failed while an interrupt was handled: the interrupt goes on to the entry
+        raise interrupt from None
     label = f"job {hydra_cfg.job.num} ({' '.join(hydra_cfg.overrides.task)})" if multirun else ""
     status = report(failure, user_wants_stack(bool(cfg.get("verbose", False))), label)
     if multirun:

@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 
 import pandas as pd
 
+from dlbench.core.errors import interrupt_behind
 from dlbench.tracking.heartbeat import DEFAULT_INTERVAL_S, Heartbeat, beat_tags
 from dlbench.tracking.naming import round_significant
 from dlbench.tracking.secrets import redact, scrub
@@ -113,7 +114,7 @@ class TrackedRun:
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: object) -> None:
         if exc_type is None:
             status = "FINISHED"
-        elif issubclass(exc_type, KeyboardInterrupt):
+        elif exc is not None and interrupt_behind(exc) is not None:
             status = "KILLED"
         else:
             status = "FAILED"
