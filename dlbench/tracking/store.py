@@ -3,6 +3,7 @@ search and artifact look-ups; with run.py, the only code that talks to MLflow.""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import os
@@ -164,7 +165,86 @@ def _client(uri: str) -> Any:
     from mlflow.tracking import MlflowClient
 
     _quiet_store_chatter()
+    if _sqlite_missing(uri):
+        _create_sqlite_store(Path(uri[len("sqlite:///") :]))
     return MlflowClient(tracking_uri=uri)
+
+
+#: A store being created: ``.NAME.PID.partial`` beside it until it is whole.
+PARTIAL_SUFFIX = ".partial"
+
+
+def _create_sqlite_store(db: Path) -> None:
+    """Create a SQLite store whole or not at all. MLflow's schema migrations on SQLite are not one transaction:
+    a Ctrl-C half-way through leaves a store that no later command opens. So MLflow builds the schema in a
+    hidden file beside the store, which is linked into place once whole; a job that made it first wins, and
+    what a killed creator left behind is removed."""
+    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
+    from mlflow.tracking._tracking_service.utils import _get_sqlalchemy_store
+
+    for stale in db.parent.glob(f".{db.name}.*{PARTIAL_SUFFIX}*"):
+        pid = stale.name[len(db.name) + 2 :].split(".")[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            stale.unlink(missing_ok=True)
+    partial = db.with_name(f".{db.name}.{os.getpid()}{PARTIAL_SUFFIX}")
+    partial_uri = f"sqlite:///{partial}"
+    try:
+        store = _get_sqlalchemy_store(partial_uri, None)  # the artifact root MLflow gives a store of its own
+        store.engine.dispose()
+        try:
+            os.link(partial, db)  # never replaces a store another command created meanwhile
+        except FileExistsError:
+            pass
+        except OSError:  # a file system without hard links
+            if not db.exists():
+                os.replace(partial, db)
+    finally:
+        SqlAlchemyStore._engine_map.pop(partial_uri, None)
+        for leftover in (partial, partial.with_name(partial.name + "-journal")):
+            leftover.unlink(missing_ok=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _runs_in(db: Path) -> int | None:
+    """How many runs a SQLite store holds, read without MLflow; None where it is no store at all."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5)) as connection:
+            tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
+            return int(connection.execute("SELECT count(*) FROM runs").fetchone()[0]) if "runs" in tables else 0
+    except sqlite3.Error:
+        return None
+
+
+def cannot_open(uri: str, err: BaseException) -> str:
+    """What to tell someone whose store MLflow cannot open, and what to do about it."""
+    first = (scrub(str(err)).strip().splitlines() or [""])[0]
+    message = f"tracking store {scrub(uri)} cannot be opened: {type(err).__name__}: {first}"
+    if not uri.startswith("sqlite:///"):
+        return message
+    db = Path(uri[len("sqlite:///") :])
+    runs = _runs_in(db)
+    if runs is None:
+        return f"{message}\n{db} is not an MLflow SQLite store: point mlflow.tracking_uri at another file"
+    if runs == 0:
+        return (
+            f"{message}\n{db} holds no runs (its schema was left half-made or comes from another MLflow "
+            f"version): delete it, and the next command creates it anew"
+        )
+    return (
+        f"{message}\n{db} holds {runs} run(s): keep it and a copy of it; open it with the MLflow version that "
+        f"wrote it (`mlflow db upgrade {scrub(uri)}` brings an older schema up to date), or use another store"
+    )
 
 
 def import_tracking_in_background() -> Callable[[], None]:
@@ -232,7 +312,12 @@ def prepare_store(target: TrackingTarget, timeout_s: float = 10.0) -> str:
     """Create the store and the experiment once (before parallel jobs start); return the experiment id."""
     check_reachable(target, timeout_s)
     new_store = _sqlite_missing(target.uri)
-    client = with_retry(lambda: mlflow_client(target), f"open {target.uri}")
+    try:
+        client = with_retry(lambda: mlflow_client(target), f"open {target.uri}")
+    except TrackingError:
+        raise
+    except Exception as err:
+        raise TrackingError(cannot_open(target.uri, err)) from err
     if new_store:
         _CREATED.add(target)
 
