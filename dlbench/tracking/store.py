@@ -173,6 +173,10 @@ def _client(uri: str) -> Any:
 #: A store being created: ``.NAME.PID.partial`` beside it until it is whole.
 PARTIAL_SUFFIX = ".partial"
 
+#: An SQLite file as MLflow's schema migrations leave it (no experiment yet), made once by a warm-start server
+#: for its forks to start new stores from; None in a process of its own, which runs the migrations.
+_SCHEMA_TEMPLATE: bytes | None = None
+
 
 def _create_sqlite_store(db: Path) -> None:
     """Create a SQLite store whole or not at all. MLflow's schema migrations on SQLite are not one transaction:
@@ -189,6 +193,8 @@ def _create_sqlite_store(db: Path) -> None:
     partial = db.with_name(f".{db.name}.{os.getpid()}{PARTIAL_SUFFIX}")
     partial_uri = f"sqlite:///{partial}"
     try:
+        if _SCHEMA_TEMPLATE is not None:  # MLflow then finds its tables at the latest revision and only adds
+            partial.write_bytes(_SCHEMA_TEMPLATE)  # the default experiment, under this command's artifact root
         store = _get_sqlalchemy_store(partial_uri, None)  # the artifact root MLflow gives a store of its own
         store.engine.dispose()
         try:
@@ -296,16 +302,27 @@ LATE_IMPORTS = (
 
 def warm_up_tracking(folder: Path) -> None:
     """MLflow's one-time costs, paid in a warm-start server before it forks (see ``dlbench.cli.forkserver``):
-    its late imports, and its schema migrations run on a throwaway SQLite store in ``folder``, whose engine is
-    closed again (no connection may cross a fork)."""
+    its late imports, and its schema migrations, run once into an SQLite file in ``folder`` whose bytes every
+    fork starts a new store from (see :func:`_create_sqlite_store`); engines are closed again (no connection
+    may cross a fork)."""
     import importlib
 
     for name in LATE_IMPORTS:
         importlib.import_module(name)
+    from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine_with_retry
     from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
 
-    store = SqlAlchemyStore(f"sqlite:///{folder}/mlflow.db", str(folder / "artifacts"))
+    global _SCHEMA_TEMPLATE
+    schema = folder / "schema.db"
+    engine = create_sqlalchemy_engine_with_retry(f"sqlite:///{schema}")
+    _initialize_tables(engine)
+    engine.dispose()
+    _SCHEMA_TEMPLATE = schema.read_bytes()
+    uri = f"sqlite:///{folder}/mlflow.db"
+    (folder / "mlflow.db").write_bytes(_SCHEMA_TEMPLATE)
+    store = SqlAlchemyStore(uri, str(folder / "artifacts"))  # the code a new store runs besides migrations
     store.engine.dispose()
+    SqlAlchemyStore._engine_map.pop(uri, None)
 
 
 def prepare_store(target: TrackingTarget, timeout_s: float = 10.0) -> str:

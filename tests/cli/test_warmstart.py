@@ -6,10 +6,12 @@ user's first command starts it, in a private socket folder."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import shutil
 import signal
+import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -88,6 +90,36 @@ def test_a_warm_sweep_lands_in_the_callers_store_and_folder_measured_by_a_forked
     client = __import__("mlflow").tracking.MlflowClient(store.uri)
     metrics = client.get_run(run.info.run_id).data.metrics
     assert any(key.endswith("median_ms") and value > 0 for key, value in metrics.items()), metrics
+
+
+def test_a_warm_command_creates_a_new_store_as_a_command_of_its_own_does(server: Path, tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    def schema(db: Path) -> list[tuple]:
+        """Tables, indexes and schema revision; the lines of a table's SQL as a set (MLflow's migrations list
+        a table's constraints in an order that changes from one Python process to the next)."""
+        with contextlib.closing(sqlite3.connect(db)) as connection:
+            objects = connection.execute("SELECT type, name, sql FROM sqlite_master ORDER BY type, name").fetchall()
+            revision = connection.execute("SELECT * FROM alembic_version").fetchall()
+        unordered = [(kind, name, sorted((sql or "").replace(",", "").splitlines())) for kind, name, sql in objects]
+        return unordered + revision
+
+    before = len(served(server))
+    folders = {how: tmp_path / how for how in ("warm", "cold")}
+    for how, folder in folders.items():
+        folder.mkdir()
+        uri = f"sqlite:///{folder / 'mlflow.db'}"
+        env = warm_env(server, MLFLOW_TRACKING_URI=uri) if how == "warm" else clean_env(MLFLOW_TRACKING_URI=uri)
+        result = dlbench("+benchmark=relu", "batch_size=1", *FAST, cwd=folder, env=env)
+        assert result.returncode == 0, result.stdout + result.stderr
+        assert "mlflow ui" in result.stdout + result.stderr, "a new store is announced once"
+    assert len(served(server)) == before + 1, "the server ran the warm command"
+    assert schema(folders["warm"] / "mlflow.db") == schema(folders["cold"] / "mlflow.db")
+    for folder in folders.values():
+        client = MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}")
+        assert str(folder) in client.get_experiment("0").artifact_location, "the default experiment's artifacts"
+        (run,) = client.search_runs([client.get_experiment_by_name("dlbench").experiment_id])
+        assert run.info.status == "FINISHED" and str(folder) in run.info.artifact_uri
 
 
 def test_the_embedded_worker_of_a_warm_command_is_a_fork_not_a_new_interpreter(server: Path, tmp_path: Path) -> None:
