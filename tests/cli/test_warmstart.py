@@ -370,9 +370,14 @@ def test_an_idle_server_leaves_and_a_bad_idle_setting_falls_back_to_the_default(
 def test_ctrl_z_stops_the_command_and_fg_continues_it(server: Path, tmp_path: Path) -> None:
     with default_signals_in_children():
         proc, command = start_slow_warm_sweep(server, tmp_path, 4)
+    proc.send_signal(signal.SIGTSTP)  # what the terminal sends on Ctrl-Z
+    stopped_then_continued_then_interrupted(proc, command)
+
+
+def stopped_then_continued_then_interrupted(proc: subprocess.Popen, command: psutil.Process) -> None:
+    """After Ctrl-Z: client and command stop; ``fg`` continues both; Ctrl-C ends them as interrupted."""
     client = psutil.Process(proc.pid)
     try:
-        proc.send_signal(signal.SIGTSTP)  # what the terminal sends on Ctrl-Z
         wait_until_stopped(True, client, command)
         proc.send_signal(signal.SIGCONT)  # what the shell's fg sends
         wait_until_stopped(False, client, command)
@@ -404,11 +409,7 @@ def test_ctrl_z_before_the_command_has_started_stops_it_as_soon_as_it_has(server
             os.kill(pid, signal.SIGCONT)
     try:
         command = wait_for_command(server, "batch_size=5", proc)
-        wait_until_stopped(True, client, command)
-        proc.send_signal(signal.SIGCONT)
-        wait_until_stopped(False, client, command)
-        proc.send_signal(signal.SIGINT)
-        assert proc.wait(timeout=60) == 130
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    except BaseException:
+        proc.kill()
+        raise
+    stopped_then_continued_then_interrupted(proc, command)
