@@ -164,11 +164,13 @@ def wait_for_command(folder: Path, marker: str, proc: subprocess.Popen[str], tim
 
 
 def start_slow_warm_client(server: Path, cwd: Path, batch_size: int) -> subprocess.Popen:
-    """The client of a warm relu sweep whose rows each repeat for 2 s."""
+    """The client of a warm relu sweep whose rows each repeat for 2 s, in a process group of its own as a
+    shell's job is (Ctrl-Z stops a process only there: in an orphaned group, such as a CI runner's, the kernel
+    discards SIGTSTP, for a command of its own as for a client)."""
     slow = ("measure.warmup=0", "measure.min_reps=1", "measure.max_reps=100000000", "measure.min_time_s=2.0")
     return subprocess.Popen(
         [sys.executable, "-m", "dlbench", "+benchmark=relu", f"batch_size={batch_size}", *slow, "quiet=true"],
-        cwd=cwd, env=warm_env(server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+        cwd=cwd, env=warm_env(server), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, process_group=0,
     )  # fmt: skip
 
 

@@ -36,7 +36,9 @@ def _faults(env: dict[str, str]) -> int:
 def test_a_kept_heap_turns_per_call_page_faults_into_reuse() -> None:
     default = _faults({})
     kept = _faults(allocator_environment(True))
-    assert default > 100 * 256, f"glibc's default maps the output afresh on each call: {default} faults"
+    # how much of each 2 MiB output glibc maps afresh varies with its dynamic mmap threshold (23k..150k faults
+    # for the 100 calls seen on one machine); a quarter MiB per call at least
+    assert default > 100 * 64, f"glibc's default maps the output afresh on each call: {default} faults"
     assert kept < default / 20, f"kept heap: {kept} faults against {default}"
 
 
