@@ -33,4 +33,5 @@ def test_the_overhead_script_reports_every_command_against_its_target(tmp_path: 
             assert figures.loc[f"{command} ({mode})", "target_s"] == target
             assert figures.loc[f"{command} ({mode})", "ratio"] > 0
         assert figures.loc[f"conv sweep overhead ({mode})", "target_s"] == pytest.approx(2.0 + 0.005 * 23)
+        assert figures.loc[f"conv sweep overhead, new store ({mode})", "runs"] == 1, "one new store per repeat"
     assert figures.loc["warm-start server: start and load", "median_s"] > 0
