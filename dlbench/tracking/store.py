@@ -193,8 +193,10 @@ def _create_sqlite_store(db: Path) -> None:
     partial = db.with_name(f".{db.name}.{os.getpid()}{PARTIAL_SUFFIX}")
     partial_uri = f"sqlite:///{partial}"
     try:
-        if _SCHEMA_TEMPLATE is not None:  # MLflow then finds its tables at the latest revision and only adds
-            partial.write_bytes(_SCHEMA_TEMPLATE)  # the default experiment, under this command's artifact root
+        # Written here first, so a folder that cannot take the file fails at once (MLflow would retry its
+        # connection for minutes). From a template MLflow finds its tables at the latest revision and only adds
+        # the default experiment, under this command's artifact root; an empty file is a new SQLite database.
+        partial.write_bytes(_SCHEMA_TEMPLATE or b"")
         store = _get_sqlalchemy_store(partial_uri, None)  # the artifact root MLflow gives a store of its own
         store.engine.dispose()
         try:
@@ -239,6 +241,8 @@ def cannot_open(uri: str, err: BaseException) -> str:
     if not uri.startswith("sqlite:///"):
         return message
     db = Path(uri[len("sqlite:///") :])
+    if not db.exists():
+        return f"{message}\n{db} could not be created: check that {db.parent} is writable and has space left"
     runs = _runs_in(db)
     if runs is None:
         return f"{message}\n{db} is not an MLflow SQLite store: point mlflow.tracking_uri at another file"

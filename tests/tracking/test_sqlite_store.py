@@ -5,6 +5,7 @@ runs, and what to do; the file is left as it was."""
 
 from __future__ import annotations
 
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -101,3 +102,22 @@ def test_a_store_that_cannot_be_opened_is_named_with_what_to_do_and_left_as_it_w
     assert advice in result.stderr and str(db) in "\n".join(rest)
     assert "Traceback" not in result.stderr and "bug in dlbench" not in result.stderr
     assert db.read_bytes() == before, "the store is left as it was"
+
+
+def test_a_store_that_cannot_be_created_names_its_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "locked"
+    folder.mkdir()
+    chattr = shutil.which("chattr")
+    if chattr is None or subprocess.run([chattr, "+i", str(folder)], capture_output=True).returncode != 0:
+        pytest.skip("no immutable folders here (chattr +i): a folder even root cannot write into")
+    try:
+        db = folder / "mlflow.db"
+        store = Store(f"sqlite:///{db}", "x")
+        result = run_dlbench("+benchmark=relu", "batch_size=1", *FAST, cwd=tmp_path, store=store)
+    finally:
+        subprocess.run([chattr, "-i", str(folder)], check=True)
+    assert result.returncode != 0
+    assert f"dlbench: tracking store sqlite:///{db} cannot be opened: " in result.stderr
+    assert f"could not be created: check that {folder} is writable" in result.stderr
+    assert "Traceback" not in result.stderr and "bug in dlbench" not in result.stderr
+    assert list(folder.iterdir()) == []
