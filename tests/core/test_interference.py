@@ -114,7 +114,8 @@ def test_our_own_children_are_not_interference() -> None:
     burn_cpu = "import time\nwhile time.process_time() < 0.8:\n    pass\n"  # 0.8 s of CPU, however busy
     child = subprocess.run([sys.executable, "-c", burn_cpu], check=True, timeout=120)
     after = own_cpu_seconds(ours)
-    assert child.returncode == 0 and after - before >= 0.8  # the child's CPU time counts as ours
+    # /proc counts user and system time in whole clock ticks, each rounded down: 0.8 s may read 0.79
+    assert child.returncode == 0 and after - before >= 0.7  # the child's CPU time counts as ours
 
 
 def test_physical_cores_count_hyper_threads_of_one_core_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
