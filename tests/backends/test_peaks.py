@@ -31,7 +31,8 @@ def test_the_probe_picks_a_size_in_steps_of_64_within_the_limit() -> None:
 
 
 def test_a_kernel_stops_repeating_when_its_budget_is_spent() -> None:
-    settings = TimingSettings(warmup=1, min_reps=1, max_reps=10_000, min_time_s=3600.0, budget_s=0.3)
+    # only the budget can end it: 10^7 reps of a 128 GEMM (4 MFLOP) take 10 s even at 4 TFLOP/s
+    settings = TimingSettings(warmup=1, min_reps=1, max_reps=10_000_000, min_time_s=3600.0, budget_s=0.3)
     peak = measure_gemm_peak(128, "float32", "cpu", settings)
     assert peak.budget_spent and peak.reps >= 1 and peak.best_gflops >= peak.median_gflops > 0
 
