@@ -3,6 +3,7 @@ KILLED), batches what it logs under MLflow's per-call limits, and keeps what was
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -96,6 +97,17 @@ class TrackedRun:
                 "create run",
             )
             self.run_id = run.info.run_id
+        try:
+            self._fill()
+        except BaseException as err:  # a Ctrl-C here, after the run exists, must not leave it RUNNING
+            with contextlib.suppress(Exception):
+                self.__exit__(type(err), err, None)
+            raise
+        return self
+
+    def _fill(self) -> None:
+        """What a new run gets right after it is created: its id tag, config, monitor, params, heartbeat."""
+        if self._owns:
             self.set_tags({"dlbench.run_id": self.run_id})
             if self._config_yaml:
                 self.log_text(self._config_yaml, "config.yaml")
@@ -105,7 +117,6 @@ class TrackedRun:
             self.log_params(self._params)
         if self._owns:
             self._heartbeat = Heartbeat(self.target, self.run_id, self._heartbeat_s).start()
-        return self
 
     def start(self) -> TrackedRun:
         """Open the run outside a ``with`` block (end it with :meth:`end`)."""

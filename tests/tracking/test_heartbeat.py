@@ -50,6 +50,20 @@ def _beat(store: Store, run_id: str) -> float:
     return float(mlflow_client(_target(store)).get_run(run_id).data.tags[HEARTBEAT_TAG])
 
 
+def test_a_ctrl_c_while_a_new_run_is_filled_in_ends_it_killed(store: Store, monkeypatch: pytest.MonkeyPatch) -> None:
+    target = _target(store)
+    prepare_store(target)
+
+    def ctrl_c(self: TrackedRun, params: object) -> None:  # the interrupt arrives after the run was created
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(TrackedRun, "log_params", ctrl_c)
+    with pytest.raises(KeyboardInterrupt), TrackedRun(target, "cut short", params={"batch_size": 8}):
+        pytest.fail("the block never starts")
+    (run,) = mlflow_runs(store)
+    assert run.info.status == "KILLED" and run.data.tags["dlbench.error"] == "KeyboardInterrupt: "
+
+
 def test_a_run_beats_while_it_lives_and_stops_beating_when_it_ends(store: Store) -> None:
     target = _target(store)
     prepare_store(target)
