@@ -20,11 +20,13 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from dlbench.cli.warmstart import (
     DEFAULT_IDLE_S,
+    FORWARDED,
     IDLE_ENV,
     receive_message,
     send_message,
@@ -35,6 +37,10 @@ from dlbench.core import forking
 REQUEST_TIMEOUT_S = 5.0
 #: A command whose client vanished (killed) gets SIGTERM, then SIGKILL after this long.
 KILL_GRACE_S = 5.0
+#: Signals a new command receives only once it has a new process's dispositions: until then it has the
+#: server's, which would lose them (an ignored SIGINT when the server was started in the background, a
+#: handler that wakes the server's loop). Blocked across the fork, they wait as pending.
+HELD_AT_FORK = frozenset({*FORWARDED, signal.SIGCHLD})
 #: Modules a command imports late (inside functions), imported here ahead of it.
 LATE_IMPORTS = (
     "hydra._internal.config_loader_impl",
@@ -192,10 +198,12 @@ class Server:
             conn.close()
             return
         conn.settimeout(None)
-        pid = os.fork()
-        if pid == 0:
-            others = [c.conn.fileno() for c in self.commands.values()]
-            run_command(request, fds, close=[self.listener.fileno(), self.lock_fd, conn.fileno(), *wake_fds, *others])
+        with _signals_held() as mask:
+            pid = os.fork()
+            if pid == 0:
+                others = [c.conn.fileno() for c in self.commands.values()]
+                close = [self.listener.fileno(), self.lock_fd, conn.fileno(), *wake_fds, *others]
+                run_command(request, fds, close=close, mask=mask)
         for fd in fds:
             os.close(fd)
         self.served += 1
@@ -245,6 +253,17 @@ class Server:
             command.conn.close()
 
 
+@contextlib.contextmanager
+def _signals_held() -> Iterator[set[signal.Signals]]:
+    """Block :data:`HELD_AT_FORK` in this block; yields the mask to restore (a forked command restores it
+    once its dispositions are its own, and what arrived meanwhile is delivered then)."""
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, HELD_AT_FORK)
+    try:
+        yield previous
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
+
+
 def _die_with_parent() -> None:
     """SIGTERM this process when the server dies (Linux's PR_SET_PDEATHSIG), as a killed dlbench's runs end."""
     import ctypes
@@ -253,8 +272,9 @@ def _die_with_parent() -> None:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
 
 
-def run_command(request: dict, fds: list[int], close: list[int]) -> None:
-    """In the forked child: become the client's command, run it, and exit with its status (never returns)."""
+def run_command(request: dict, fds: list[int], close: list[int], mask: set[signal.Signals]) -> None:
+    """In the forked child: become the client's command, run it, and exit with its status (never returns).
+    Signals blocked at the fork are unblocked (``mask``) once the command's dispositions are in place."""
     status = 1
     try:
         os.setsid()
@@ -262,6 +282,7 @@ def run_command(request: dict, fds: list[int], close: list[int]) -> None:
         forking.mark_forked_from_server(forking.native_threads())
         forking.name_process("dlbench")
         forking.default_signals(bool(request.get("sigint_ignored", False)))
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C sent meanwhile is raised here
         for fd in close:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -287,7 +308,8 @@ def run_command(request: dict, fds: list[int], close: list[int]) -> None:
             status = 1
         else:
             status = int(code or 0)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # before the command handles Ctrl-C itself (run_here does)
+        print("dlbench: interrupted", file=sys.stderr)
         status = 130
     except BaseException:
         import traceback
