@@ -17,7 +17,9 @@ INTERRUPT_STATUS = {"KeyboardInterrupt": 130, "RunInterrupted": 143}
 
 def _entry(cfg: object) -> None:
     from dlbench.cli.job import run_job
+    from dlbench.core import interrupts
 
+    interrupts.check()  # a Ctrl-C that Hydra's composition lost on the way
     run_job(cfg)
 
 
@@ -76,16 +78,20 @@ def _exit_status(code: object) -> int:
 def cli() -> None:
     """Console entry: the command runs in a warm-start server's fresh fork when there is one (see
     :mod:`dlbench.cli.warmstart`), else here."""
-    from dlbench.cli.help import is_plain_help
+    try:
+        from dlbench.cli.help import is_plain_help
 
-    if not is_plain_help(sys.argv[1:]):  # help needs no imports to speak of: it is answered here at once
-        from dlbench.cli.warmstart import run_warm
+        if not is_plain_help(sys.argv[1:]):  # help needs no imports to speak of: it is answered here at once
+            from dlbench.cli.warmstart import run_warm
 
-        status = run_warm(sys.argv)
-        if status is not None:
-            sys.stdout.flush()
-            os._exit(status)
-    run_here()
+            status = run_warm(sys.argv)
+            if status is not None:
+                sys.stdout.flush()
+                os._exit(status)
+        run_here()
+    except KeyboardInterrupt:  # Ctrl-C while still importing, before the command handles it (run_here does)
+        print("dlbench: interrupted", file=sys.stderr)
+        sys.exit(INTERRUPT_STATUS["KeyboardInterrupt"])
 
 
 def run_here() -> None:
@@ -94,7 +100,9 @@ def run_here() -> None:
     line names the runs."""
     from dlbench.cli.help import is_plain_help
     from dlbench.cli.keys import split_argv
+    from dlbench.core import interrupts
 
+    interrupts.install()
     # Hydra's parser takes overrides only before its flags; people write `--config-dir DIR` anywhere
     flags, overrides = split_argv(sys.argv[1:])
     argv = sys.argv[1:] = flags + overrides
@@ -127,6 +135,9 @@ def run_here() -> None:
             status = _interrupted(interrupt)
         else:  # a failed multirun job has said what went wrong already
             status = err.status if isinstance(err, JobFailed) else report(err, verbose)
+    lost = interrupts.noted()
+    if status == 0 and lost is not None:  # a library swallowed the interrupt after the last checkpoint
+        status = _interrupted(lost())
     line = _final_line()
     if line:
         print(line, file=sys.stderr if status else sys.stdout, flush=True)

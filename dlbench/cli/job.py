@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.cli.errors import ConfigError, JobFailed, report
+from dlbench.core import interrupts
 from dlbench.core.errors import TaskFailed, interrupt_behind
 
 #: Set by the entry: whether the user asked for stack traces (HYDRA_FULL_ERROR=1 is set for Hydra's sake).
@@ -55,18 +56,6 @@ def _job_cores(config: Any, hydra_cfg: Any, multirun: bool) -> Any:
         return nullcontext(None)
     lock_dir = Path(hydra_cfg.sweep.dir) / ".cores"
     return exclusive_cores(int(hydra_cfg.job.num), config.threads, launcher_parallelism(hydra_cfg.launcher), lock_dir)
-
-
-def install_sigterm_handler() -> None:
-    """Turn SIGTERM into :class:`RunInterrupted`, so runs end KILLED and children are stopped."""
-    import signal
-
-    from dlbench.core.errors import RunInterrupted
-
-    def handler(signum: int, frame: object) -> None:
-        raise RunInterrupted(f"received {signal.Signals(signum).name}")
-
-    signal.signal(signal.SIGTERM, handler)
 
 
 def to_config(cfg: Any) -> Any:
@@ -133,7 +122,7 @@ def run_job(cfg: Any) -> None:
 
     hydra_cfg = HydraConfig.get()
     multirun = str(hydra_cfg.mode) == "RunMode.MULTIRUN"
-    install_sigterm_handler()
+    interrupts.install()  # again: a Slurm or joblib job starts here, not in the command line's entry
     before = 0
     if multirun and "dlbench.tracking.runs" in sys.modules:
         from dlbench.cli.summary import records_of_this_process

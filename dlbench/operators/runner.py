@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from dlbench.config import DlbenchConfig
+from dlbench.core import interrupts
 from dlbench.core.allocator import allocator_environment
 from dlbench.core.cores import resolve_threads
 from dlbench.core.interference import InterferenceWatch
@@ -143,6 +144,7 @@ def measure_operations(
     watch = InterferenceWatch(settings.threads, settings.device, lambda: ids_written(files.output_csv), benchmark.name)
     run = run_embedded if is_embedded(command[:-1]) else run_command  # the torch kernels: a persistent worker
     try:
+        interrupts.check()  # a Ctrl-C a library lost since the job started: measure nothing more
         with watch:
             process = run(
                 command,
@@ -152,7 +154,7 @@ def measure_operations(
                 stderr_path=files.stderr_txt,
                 on_poll=on_poll,
             )
-    except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see cli.job.install_sigterm_handler
+    except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see core.interrupts
         interrupted = True
         interrupt = type(err).__name__
         stderr = files.stderr_txt.read_text(errors="replace") if files.stderr_txt.exists() else ""

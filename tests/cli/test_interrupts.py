@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 import signal
 import subprocess
 import sys
@@ -204,3 +205,84 @@ def test_an_interrupted_sweep_of_the_embedded_kernels_ends_killed_and_stops_the_
     measured = [r["id"] for r in rows if r["status"] == "ok"]
     assert len(rows) == 6 and measured[:2] == ["0", "1"] and len(measured) < 6
     assert "Traceback" not in err and "ended KILLED" in err.strip().splitlines()[-1]
+
+
+def test_a_ctrl_c_while_the_command_is_still_starting_says_interrupted_without_a_traceback(tmp_path: Path) -> None:
+    # Ctrl-C at moments spread over the start of a command. Before the command's code runs, a traceback is
+    # Python's own (its start, site, runpy importing the package dlbench); from then on dlbench answers it.
+    ours = re.compile(rf'File "{re.escape(str(REPO / "dlbench"))}/(?!__init__\.py")')
+    seen = set()
+    for step in range(24):
+        with default_signals_in_children():
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "dlbench", "task=list"], cwd=tmp_path, env=clean_env(DLBENCH_WARM="0"),
+                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            )  # fmt: skip
+        time.sleep(0.02 * step)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=120)
+        if "Traceback" in err:  # Python's own start (site) was cut short
+            assert not ours.search(err), f"Ctrl-C after {0.02 * step:.2f} s:\n{err}"
+        else:  # the command was killed before Python ran, said interrupted, or had ended
+            assert proc.returncode in (-signal.SIGINT, 130, 0), err
+        seen.add(proc.returncode)
+    assert 130 in seen, "no Ctrl-C reached dlbench while it ran"
+
+
+SWALLOWED = """\
+import os, signal, sys, time, weakref
+from dlbench.core import interrupts
+if sys.argv[1] == "dlbench":
+    interrupts.install()
+class Thing:
+    pass
+def ctrl_c(ref):  # the Ctrl-C lands while Python runs a weakref callback, as it may in any garbage collection
+    os.kill(os.getpid(), signal.SIGINT)
+thing = Thing()
+ref = weakref.ref(thing, ctrl_c)
+try:
+    del thing
+    for _ in range(200):  # the command goes on measuring
+        time.sleep(0.01)
+    print("went on")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+REPLACED = """\
+import os, signal, sys, time
+from dlbench.core import interrupts
+if sys.argv[1] == "dlbench":
+    interrupts.install()
+try:  # a library whose cleanup fails while the Ctrl-C unwinds, and which catches what comes out
+    try:
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(5)
+    finally:
+        raise AttributeError("'NoneType' object has no attribute '_flags_cache'")
+except Exception:
+    pass
+try:
+    interrupts.check()  # the command's next checkpoint
+    print("went on")
+except KeyboardInterrupt:
+    print("interrupted")
+"""
+
+
+def run_python(code: str, mode: str) -> subprocess.CompletedProcess[str]:
+    with default_signals_in_children():
+        return subprocess.run([sys.executable, "-c", code, mode], capture_output=True, text=True, timeout=60)
+
+
+def test_a_ctrl_c_that_python_swallows_in_a_weakref_callback_is_raised_again() -> None:
+    alone = run_python(SWALLOWED, "python")  # what Python does by itself: printed as ignored, and lost
+    assert alone.stdout.strip() == "went on" and "Exception ignored" in alone.stderr
+    ours = run_python(SWALLOWED, "dlbench")
+    assert ours.stdout.strip() == "interrupted" and "Exception ignored" not in ours.stderr, ours.stderr
+
+
+def test_a_ctrl_c_that_a_library_turned_into_an_exception_and_caught_is_raised_at_the_next_checkpoint() -> None:
+    assert run_python(REPLACED, "python").stdout.strip() == "went on"
+    ours = run_python(REPLACED, "dlbench")
+    assert ours.stdout.strip() == "interrupted", ours.stderr
