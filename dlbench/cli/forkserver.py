@@ -274,7 +274,7 @@ def _die_with_parent() -> None:
 
 def run_command(request: dict, fds: list[int], close: list[int], mask: set[signal.Signals]) -> None:
     """In the forked child: become the client's command, run it, and exit with its status (never returns).
-    Signals blocked at the fork are unblocked (``mask``) once the command's dispositions are in place."""
+    Signals blocked at the fork are unblocked (``mask``) once the command's dispositions and streams are in place."""
     status = 1
     try:
         os.setsid()
@@ -282,7 +282,6 @@ def run_command(request: dict, fds: list[int], close: list[int], mask: set[signa
         forking.mark_forked_from_server(forking.native_threads())
         forking.name_process("dlbench")
         forking.default_signals(bool(request.get("sigint_ignored", False)))
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a Ctrl-C sent meanwhile is raised here
         for fd in close:
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -290,6 +289,8 @@ def run_command(request: dict, fds: list[int], close: list[int], mask: set[signa
             os.dup2(fd, number)
             os.close(fd)
         forking.fresh_standard_streams()
+        # the dispositions are the command's and its streams the client's: a Ctrl-C sent meanwhile is raised here
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         os.chdir(request["cwd"])
         os.umask(int(request["umask"]))
         forking.replace_environment(request["env"])
@@ -308,9 +309,10 @@ def run_command(request: dict, fds: list[int], close: list[int], mask: set[signa
             status = 1
         else:
             status = int(code or 0)
-    except KeyboardInterrupt:  # before the command handles Ctrl-C itself (run_here does)
-        print("dlbench: interrupted", file=sys.stderr)
-        status = 130
+    except KeyboardInterrupt as err:  # before the command handles Ctrl-C itself (run_here does)
+        from dlbench.cli import _interrupted
+
+        status = _interrupted(err)
     except BaseException:
         import traceback
 
