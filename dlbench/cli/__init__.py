@@ -89,9 +89,8 @@ def cli() -> None:
                 sys.stdout.flush()
                 os._exit(status)
         run_here()
-    except KeyboardInterrupt:  # Ctrl-C while still importing, before the command handles it (run_here does)
-        print("dlbench: interrupted", file=sys.stderr)
-        sys.exit(INTERRUPT_STATUS["KeyboardInterrupt"])
+    except KeyboardInterrupt as err:  # Ctrl-C while still importing, before the command handles it (run_here does)
+        sys.exit(_interrupted(err))
 
 
 def run_here() -> None:

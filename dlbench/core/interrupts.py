@@ -21,6 +21,7 @@ from typing import Any
 from dlbench.core.errors import RunInterrupted
 
 _noted: list[type[KeyboardInterrupt]] = []
+_SIGTERM = "received SIGTERM"
 
 
 def install() -> None:
@@ -42,7 +43,7 @@ def check() -> None:
     """Raise the interrupt this process received, if any, wherever it went meanwhile."""
     kind = noted()
     if kind is not None:
-        raise kind("received SIGTERM" if kind is RunInterrupted else "")
+        raise kind(_SIGTERM if kind is RunInterrupted else "")
 
 
 def _on_sigint(signum: int, frame: object) -> None:
@@ -52,7 +53,7 @@ def _on_sigint(signum: int, frame: object) -> None:
 
 def _on_sigterm(signum: int, frame: object) -> None:
     _noted.append(RunInterrupted)
-    raise RunInterrupted("received SIGTERM")
+    raise RunInterrupted(_SIGTERM)
 
 
 def _redelivering(previous: Any) -> Any:

@@ -100,8 +100,9 @@ class TrackedRun:
         try:
             self._fill()
         except BaseException as err:  # a Ctrl-C here, after the run exists, must not leave it RUNNING
-            with contextlib.suppress(Exception):
-                self.__exit__(type(err), err, None)
+            if self._owns:
+                with contextlib.suppress(Exception):
+                    self.__exit__(type(err), err, None)
             raise
         return self
 
