@@ -15,11 +15,12 @@ from typing import Any
 
 import pandas as pd
 
+from dlbench.analysis.marks import flags, is_marked_status, not_ok_counts
 from dlbench.core.values import TIME_UNITS_TO_MS
 
 DEFAULT_KINDS = ("operator_sweep", "training", "evaluation", "roofline")
 RUN_COLUMNS = ("run_id", "run_name", "status", "kind", "benchmark", "implementation", "backend", "system",
-               "batch_size", "dtype", "device", "threads", "start_time")  # fmt: skip
+               "batch_size", "dtype", "device", "threads", "noisy", "start_time")  # fmt: skip
 #: Per-kind metrics a comparable run must have; a run without one is listed as a problem.
 REQUIRED_METRICS = {
     "operator_sweep": ("total_time_ms",),
@@ -68,6 +69,7 @@ def run_table(found: pd.DataFrame, kinds: Sequence[str] = (), benchmarks: Sequen
             "dtype": _column(found, "params.dtype"),
             "device": _column(found, "params.device"),
             "threads": _column(found, "params.threads"),
+            "noisy": flags(_column(found, "tags.dlbench.noisy"), found.index),  # measured on a busy machine
             "start_time": _column(found, "start_time"),
         }
     )
@@ -150,7 +152,9 @@ def results_in_ms(results: pd.DataFrame, where: str) -> tuple[pd.DataFrame, list
 
 def operation_table(runs: pd.DataFrame, read_results) -> tuple[pd.DataFrame, list[dict[str, str]]]:
     """Per-operation rows of every operator sweep (``read_results(run_id)`` returns its results.csv as a
-    DataFrame, or raises), joined with the run's identity columns."""
+    DataFrame, or raises), joined with the run's identity columns (its status as ``run_status``). Every row
+    with a time stays, whatever its status (``marked`` when not ok or its run was noisy); a row without a
+    time is a problem."""
     frames = []
     problems = []
     identity = [c for c in RUN_COLUMNS if c in runs.columns]
@@ -167,23 +171,50 @@ def operation_table(runs: pd.DataFrame, read_results) -> tuple[pd.DataFrame, lis
             problems.append({"run_id": row.run_id, "run_name": row.run_name, "problem": f"{kind}: {note}"})
         if results.empty:
             continue
-        if "status" in results.columns:
-            failed = results[~results["status"].isin(("ok", "unstable"))]
-            for op in failed.itertuples(index=False):
-                problems.append(
-                    {"run_id": row.run_id, "run_name": row.run_name, "problem": f"operation {op.id} failed: {op.error}"}
-                )
-            results = results[results["status"].isin(("ok", "unstable"))]
-        keep = ("id", "key", "name", "op_type", "count", "flops", "bytes", "median_ms", "gflops_per_s")
+        if "status" not in results.columns:
+            results = results.assign(status="ok")  # a table of an executable that reports times only
+        timed = results["median_ms"].notna()  # a time with any status stays, marked by its status
+        for op in results[~timed].itertuples(index=False):
+            why = getattr(op, "error", "") or "no time"
+            problems.append(
+                {"run_id": row.run_id, "run_name": row.run_name, "problem": f"operation {op.id} {op.status}: {why}"}
+            )
+        results = results[timed]
+        keep = ("id", "key", "name", "op_type", "count", "flops", "bytes", "median_ms", "gflops_per_s", "status")
         part = results[[c for c in keep if c in results]].copy()
         if "key" not in part:  # a table written before operations had keys
             part.insert(1, "key", part["name"] if "name" in part else part["id"].astype(str))
-        for column in identity:
-            part[column] = getattr(row, column)
+        for column in identity:  # the run's status beside the operation's own
+            part["run_status" if column == "status" else column] = getattr(row, column)
         frames.append(part)
     if not frames:
-        return pd.DataFrame(columns=[*identity, "id", "name", "median_ms"]), problems
-    return pd.concat(frames, ignore_index=True), problems
+        columns = ["run_status" if c == "status" else c for c in identity]
+        return pd.DataFrame(columns=[*columns, "id", "name", "median_ms", "status", "marked"]), problems
+    operations = pd.concat(frames, ignore_index=True)
+    operations["marked"] = mark_reasons(operations) != ""
+    return operations, problems
+
+
+def mark_reasons(operations: pd.DataFrame) -> pd.Series:
+    """Per operation row, why its number is not clean: its status when not ok, "noisy run" when its run was
+    measured on a busy machine; empty when clean."""
+    status = operations["status"].astype(str) if "status" in operations else pd.Series("ok", index=operations.index)
+    noisy = flags(operations.get("noisy"), operations.index)
+    reasons = [", ".join(([s] if is_marked_status(s) else []) + (["noisy run"] if n else []))
+               for s, n in zip(status, noisy, strict=True)]  # fmt: skip
+    return pd.Series(reasons, index=operations.index, dtype=object)
+
+
+def marked_values(operations: pd.DataFrame, index: Sequence[str], label) -> pd.DataFrame:
+    """Per ``index`` group, the swept values (``label(row)``) whose number is marked and why, e.g.
+    ``bs4: contended; bs16: noisy run`` (column ``marked``; empty when every number is clean)."""
+    reasons = mark_reasons(operations)
+    frame = operations.assign(why_marked=reasons)[lambda f: f["why_marked"] != ""]
+    if frame.empty:
+        return pd.DataFrame(columns=[*index, "marked"])
+    frame = frame.assign(cell_marked=[f"{label(r)}: {r.why_marked}" for r in frame.itertuples(index=False)])
+    cells = frame.groupby(list(index), sort=False, dropna=False)["cell_marked"].agg("; ".join)
+    return cells.rename("marked").reset_index()
 
 
 def by_batch_size(operations: pd.DataFrame) -> pd.DataFrame:
@@ -196,20 +227,30 @@ def by_batch_size(operations: pd.DataFrame) -> pd.DataFrame:
         index=["benchmark", "series", "id", "key"], columns="batch_size", values="median_ms", aggfunc="first"
     )
     table.columns = [f"bs{int(c)}" for c in table.columns]
-    return table.reset_index().sort_values(["benchmark", "series", "id"], kind="stable", ignore_index=True)
+    index = ["benchmark", "series", "id", "key"]
+    marks = marked_values(frame, index, lambda r: f"bs{int(r.batch_size)}")
+    table = table.reset_index().merge(marks, on=index, how="left")
+    table["marked"] = table["marked"].fillna("")
+    return table.sort_values(["benchmark", "series", "id"], kind="stable", ignore_index=True)
 
 
 def run_totals(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per operator sweep: benchmark, series, batch size, ``total_time_ms`` (sum of median x occurrences)
-    and ``time_per_sample_ms``."""
-    columns = ["benchmark", "series", "batch_size", "total_time_ms", "time_per_sample_ms"]
+    """Per operator sweep: benchmark, series, batch size, ``total_time_ms`` (sum of median x occurrences),
+    ``time_per_sample_ms`` and ``marked`` (a noisy run, or operations whose status was not ok)."""
+    columns = ["benchmark", "series", "batch_size", "total_time_ms", "time_per_sample_ms", "marked"]
     sweeps = runs[runs["kind"] == "operator_sweep"].copy()
     if sweeps.empty or "total_time_ms" not in sweeps.columns:
         return pd.DataFrame(columns=columns)
     sweeps["series"] = _series(sweeps)
     sweeps["total_time_ms"] = pd.to_numeric(sweeps["total_time_ms"], errors="coerce")
     sweeps["time_per_sample_ms"] = sweeps["total_time_ms"] / sweeps["batch_size"]
+    sweeps["marked"] = run_marks(sweeps)
     return sweeps[columns].dropna(subset=["total_time_ms"]).sort_values(["benchmark", "series", "batch_size"])
+
+
+def run_marks(runs: pd.DataFrame) -> pd.Series:
+    """Per run: measured on a busy machine, or with operations whose status was not ok."""
+    return flags(runs.get("noisy"), runs.index) | (not_ok_counts(runs) > 0)
 
 
 def training_totals(runs: pd.DataFrame) -> pd.DataFrame:
@@ -231,10 +272,11 @@ def training_totals(runs: pd.DataFrame) -> pd.DataFrame:
         parts.append(
             evaluations.assign(step_time_ms=step_ms, samples_per_s=evaluations["batch_size"] / (step_ms / 1e3))
         )
-    columns = ["benchmark", "series", "batch_size", "step_time_ms", "samples_per_s", "run_id"]
+    columns = ["benchmark", "series", "batch_size", "step_time_ms", "samples_per_s", "marked", "run_id"]
     if not parts:
         return pd.DataFrame(columns=columns)
     frame = pd.concat(parts, ignore_index=True)
+    frame["marked"] = run_marks(frame)
     frame["series"] = frame["system"].fillna("").astype(str) + " | " + frame["kind"]
     return frame[columns].dropna(subset=["step_time_ms"]).sort_values(["benchmark", "series", "batch_size"])
 
@@ -247,10 +289,11 @@ def evaluation_totals(runs: pd.DataFrame) -> pd.DataFrame:
         if column not in evaluations.columns:
             continue
         part = evaluations[["benchmark", "system", "batch_size", column]].rename(columns={column: "step_ms"})
-        part = part.assign(series=part["system"].fillna("").astype(str) + " | " + label)
-        rows.append(part[["benchmark", "series", "batch_size", "step_ms"]])
+        part = part.assign(series=part["system"].fillna("").astype(str) + " | " + label,
+                           marked=run_marks(evaluations))  # fmt: skip
+        rows.append(part[["benchmark", "series", "batch_size", "step_ms", "marked"]])
     if not rows:
-        return pd.DataFrame(columns=["benchmark", "series", "batch_size", "step_ms"])
+        return pd.DataFrame(columns=["benchmark", "series", "batch_size", "step_ms", "marked"])
     return pd.concat(rows, ignore_index=True).dropna()
 
 
@@ -268,7 +311,10 @@ def implementations_side_by_side(operations: pd.DataFrame) -> pd.DataFrame:
     base = names[0]
     for other in names[1:]:
         table[f"{other}_over_{base}"] = table[other] / table[base]
-    return table.reset_index().sort_values(index, kind="stable", ignore_index=True)
+    marks = marked_values(operations, index, lambda r: str(r.implementation))
+    table = table.reset_index().merge(marks, on=index, how="left")
+    table["marked"] = table["marked"].fillna("")
+    return table.sort_values(index, kind="stable", ignore_index=True)
 
 
 def evaluation_table(runs: pd.DataFrame) -> pd.DataFrame:

@@ -12,6 +12,7 @@ import pandas as pd
 
 from dlbench.analysis.plots import plot_predicted_vs_measured, plot_ratio_distribution, plot_time_breakdown
 from dlbench.analysis.predict import measured, op_type_frame, time_breakdown
+from dlbench.analysis.report import NOTE_TAG
 from dlbench.operators.reference import DRIFT_LIMIT_PCT
 
 
@@ -58,9 +59,9 @@ def log_evaluation(run: Any, evaluation: Evaluation, backend: str, title: str) -
     if uncovered:
         notes.append(f"op types without a {backend} benchmark measurement (counted as 0 ms): {', '.join(uncovered)}")
     run.log_text("\n".join(notes) + "\n", "notes.txt")
-    run.set_tags({"dlbench.uncovered_op_types": ",".join(uncovered)})
+    run.set_tags({"dlbench.uncovered_op_types": ",".join(uncovered), NOTE_TAG: evaluation_note(title, evaluation)})
     figures = {
-        "predicted_vs_measured.png": plot_predicted_vs_measured(evaluation.per_type, title),
+        "predicted_vs_measured.png": plot_predicted_vs_measured(evaluation.per_type, title, evaluation.profiled_ms),
         "time_breakdown.png": plot_time_breakdown(
             breakdown, title, metrics["step_time_measured_ms"], metrics["step_time_predicted_ms"]
         ),
@@ -71,13 +72,31 @@ def log_evaluation(run: Any, evaluation: Evaluation, backend: str, title: str) -
         plt.close(fig)
 
 
+#: What the per-op-type figures rest on, said wherever they are shown
+PROFILED_BASIS = (
+    "in_training_ms and ratio_training_to_benchmark are times in the profiled step (profiler on, {profiled} ms); "
+    "the headline compares the prediction with the unprofiled step ({measured} ms)"
+)
+
+
+def basis_line(metrics: dict[str, float]) -> str:
+    return PROFILED_BASIS.format(
+        profiled=_fmt(metrics.get("step_time_profiled_ms", math.nan)),
+        measured=_fmt(metrics.get("step_time_measured_ms", math.nan)),
+    )
+
+
 def status_line(metrics: dict[str, float]) -> str:
-    """The one line that says how the prediction did, and what it leaves out."""
+    """The one line that says how the prediction did (against the unprofiled step, with the profiled step
+    beside it), and what it leaves out."""
     line = (
         f"step time: predicted {_fmt(metrics['step_time_predicted_ms'])} ms, measured "
         f"{_fmt(metrics['step_time_measured_ms'])} ms (median unprofiled step), "
         f"error {_fmt(metrics['prediction_error_pct'])}%"
     )
+    profiled = metrics.get("step_time_profiled_ms", math.nan)
+    if isinstance(profiled, float) and math.isfinite(profiled):
+        line += f"; the profiled step took {_fmt(profiled)} ms (profiler on; the op-type figures rest on it)"
     missing = int(metrics.get("operations_unmeasured", 0))
     if missing:
         line += (
@@ -94,9 +113,10 @@ def print_evaluation(run_name: str, run_id: str, evaluation: Evaluation) -> None
     metrics = evaluation.metrics
     with pd.option_context("display.width", 160, "display.max_rows", 100):
         print(f"\n{run_name} (MLflow run {run_id})")
+        print(f"per op type ({basis_line(metrics)}):")
         print(evaluation.per_type.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
-        print("\nprediction terms:")
-        print(evaluation.terms.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        print("\nprediction terms (benchmarks and microbenchmarks, no profiler):")
+        print(terms_for_people(evaluation.terms).to_string(index=False))
     print(status_line(metrics))
     if evaluation.uncovered_op_types:
         print(f"op types without a benchmark measurement: {', '.join(evaluation.uncovered_op_types)}")
@@ -116,3 +136,48 @@ def print_evaluation(run_name: str, run_id: str, evaluation: Evaluation) -> None
 
 def _fmt(value: float) -> str:
     return f"{value:.4g}" if isinstance(value, float) and math.isfinite(value) else str(value)
+
+
+def terms_for_people(terms: pd.DataFrame) -> pd.DataFrame:
+    """The prediction's terms with their times as text: a term measured as nothing (a framework cost not above
+    plain dispatch) reads "too small to measure", the unmeasured operations' line "not counted"."""
+    shown = terms.copy()
+    texts = []
+    for term, ms in zip(shown["term"], shown["ms"], strict=True):
+        if term == "unmeasured operations":
+            texts.append("not counted")
+        elif not ms and str(term).startswith("framework"):
+            texts.append("too small to measure")
+        else:
+            texts.append(f"{ms:.4g}")
+    shown["ms"] = texts
+    return shown
+
+
+def evaluation_note(title: str, evaluation: Evaluation, shown_types: int = 8) -> str:
+    """The run's description in markdown, leading with predicted vs measured (the unprofiled step), then the
+    profiled step the per-op-type figures rest on, the prediction's terms and the costliest op types."""
+    m = evaluation.metrics
+    lines = [
+        f"**{title}**: predicted **{_fmt(m['step_time_predicted_ms'])} ms** vs measured "
+        f"**{_fmt(m['step_time_measured_ms'])} ms** per training step (median unprofiled step after the warm-up), "
+        f"error {_fmt(m['prediction_error_pct'])}%",
+        "",
+        f"- **Profiled step**: {_fmt(m.get('step_time_profiled_ms', math.nan))} ms (profiler on). The op-type "
+        "table below, `op_types.csv`, the time breakdown and the ratios are times in the profiled step.",
+        f"- **Unexplained** (share of the profiled step): {_fmt(m.get('unexplained_time_pct', math.nan))}%, "
+        f"**uncovered**: {_fmt(m.get('uncovered_time_pct', math.nan))}%",
+        "",
+        "| term (prediction) | ms |",
+        "|---|---|",
+    ]
+    lines += [f"| {r.term} | {r.ms} |" for r in terms_for_people(evaluation.terms).itertuples(index=False)]
+    per_type = evaluation.per_type.head(shown_types)
+    lines += ["", "| op type | predicted ms (benchmarks) | ms in the profiled step | profiled / benchmark |",
+              "|---|---|---|---|"]  # fmt: skip
+    for r in per_type.itertuples(index=False):
+        lines.append(f"| {r.op_type} | {_fmt(float(r.predicted_ms))} | {_fmt(float(r.in_training_ms))} | "
+                     f"{_fmt(float(r.ratio_training_to_benchmark))} |")  # fmt: skip
+    if evaluation.notes:
+        lines += ["", "Notes: " + "; ".join(evaluation.notes)]
+    return "\n".join(lines)

@@ -7,6 +7,43 @@ from collections.abc import Mapping
 
 import pandas as pd
 
+from dlbench.analysis.marks import HOLLOW_MEANING, OK
+
+#: Line styles and markers taken in turn after the ten colours, so no two series of one legend look alike
+LINE_STYLES = ("-", "--", ":", "-.")
+MARKERS = ("o", "s", "^", "D", "v", "P", "X", "<", ">", "*")
+
+
+def series_styles(n: int) -> list[tuple[str, str, str]]:
+    """(colour, marker, line style) for ``n`` series, no two alike: the ten default colours, then each again
+    with the next marker and line style."""
+    return [(f"C{i % 10}", MARKERS[(i // 10) % len(MARKERS)], LINE_STYLES[(i // 10) % len(LINE_STYLES)])
+            for i in range(n)]  # fmt: skip
+
+
+def draw_series(ax, xs, ys, marked, style: tuple[str, str, str], label: str, markersize: float = 5) -> bool:
+    """A line with filled markers, and hollow ones on the points ``marked`` (not ok); True if any was."""
+    color, marker, line = style
+    xs, ys = list(xs), list(ys)
+    marked = [bool(m) for m in marked] if marked is not None else [False] * len(xs)
+    ax.plot(xs, ys, color=color, marker=marker, linestyle=line, markersize=markersize, label=label)
+    hollow = [(x, y) for x, y, m in zip(xs, ys, marked, strict=True) if m]
+    if hollow:
+        ax.plot([x for x, _ in hollow], [y for _, y in hollow], linestyle="none", marker=marker, color=color,
+                markerfacecolor="white", markeredgewidth=1.5, markersize=markersize + 1, zorder=3)  # fmt: skip
+    return bool(hollow)
+
+
+def hollow_handle():
+    """The legend entry that says what a hollow marker means."""
+    from matplotlib.lines import Line2D
+
+    return Line2D([], [], linestyle="none", marker="o", color="black", markerfacecolor="white", label=HOLLOW_MEANING)
+
+
+def _marked(frame: pd.DataFrame) -> pd.Series:
+    return frame["marked"].astype(bool) if "marked" in frame else pd.Series(False, index=frame.index)
+
 
 def _pyplot():
     import matplotlib
@@ -17,17 +54,19 @@ def _pyplot():
     return plt
 
 
-def plot_predicted_vs_measured(per_type: pd.DataFrame, title: str):
-    """Per op_type: benchmark prediction next to the time it took in the profiled training step."""
+def plot_predicted_vs_measured(per_type: pd.DataFrame, title: str, profiled_ms: float = math.nan):
+    """Per op_type: benchmark prediction next to the time it took in the profiled training step (the
+    profiler's own cost included: compare the step's total with the unprofiled step, not these bars)."""
     plt = _pyplot()
     frame = per_type.sort_values("in_training_ms", ascending=True)
     fig, ax = plt.subplots(figsize=(9, 0.4 * len(frame) + 1.8))
     y = range(len(frame))
     ax.barh([i + 0.2 for i in y], frame["predicted_ms"].fillna(0), height=0.4, label="benchmarks (predicted)")
-    ax.barh([i - 0.2 for i in y], frame["in_training_ms"], height=0.4, label="in training (profiled)")
+    step = f", step {profiled_ms:.4g} ms" if math.isfinite(profiled_ms) else ""
+    ax.barh([i - 0.2 for i in y], frame["in_training_ms"], height=0.4, label=f"in the profiled step{step}")
     ax.set_yticks(list(y))
     ax.set_yticklabels(frame["op_type"])
-    ax.set_xlabel("time per training step [ms]")
+    ax.set_xlabel("time per training step [ms] (benchmarks: no profiler; training: profiler on)")
     ax.legend(loc="lower right")
     ax.set_title(title)
     fig.tight_layout()
@@ -64,10 +103,19 @@ def plot_roofline(frame: pd.DataFrame, peaks_gflops: Mapping[str, float], bandwi
     for dtype, peak in peaks_gflops.items():
         ax.plot(xs, [min(peak, x * bandwidth_gbs) for x in xs], label=f"roof {dtype}: {peak:.4g} GFLOP/s")
     if len(points):
-        labels = points["op_type"] if "op_type" in points else ["operation"] * len(points)
-        for op_type in sorted(set(labels)):
+        labels = points["op_type"] if "op_type" in points else pd.Series("operation", index=points.index)
+        types = sorted(set(labels))
+        hollow = False
+        for op_type, (color, marker, _) in zip(types, series_styles(len(types)), strict=True):
             sub = points[labels == op_type]
-            ax.scatter(sub["intensity"], sub["gflops_per_s"], s=18, label=op_type)
+            marked = sub["status"].astype(str) != OK if "status" in sub else pd.Series(False, index=sub.index)
+            ax.scatter(sub["intensity"], sub["gflops_per_s"], s=18, marker=marker, color=color, label=op_type)
+            if marked.any():
+                hollow = True
+                ax.scatter(sub.loc[marked, "intensity"], sub.loc[marked, "gflops_per_s"], s=26, marker=marker,
+                           facecolors="white", edgecolors=color, zorder=3)  # fmt: skip
+        if hollow:
+            ax.add_artist(ax.legend(handles=[hollow_handle()], loc="lower right", fontsize=7))
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("arithmetic intensity [FLOP/byte]")
@@ -81,19 +129,22 @@ def plot_roofline(frame: pd.DataFrame, peaks_gflops: Mapping[str, float], bandwi
 
 def plot_time_vs_batch(frame: pd.DataFrame, title: str, value: str = "median_ms"):
     """One line per (series) of ``value`` against ``batch_size``; ``frame`` has columns series,
-    batch_size and ``value``."""
+    batch_size and ``value``, and optionally ``marked`` (a point drawn hollow: a noisy run, a partial total)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
-    for series, sub in frame.groupby("series", sort=True):
+    groups = list(frame.groupby("series", sort=True))
+    hollow = False
+    for (series, sub), style in zip(groups, series_styles(len(groups)), strict=True):
         sub = sub.sort_values("batch_size")
-        ax.plot(sub["batch_size"], sub[value], marker="o", label=str(series))
+        hollow |= draw_series(ax, sub["batch_size"], sub[value], _marked(sub), style, str(series))
     ax.set_xlabel("batch size")
     ax.set_ylabel(value)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.grid(True, which="both", alpha=0.3)
     if frame["series"].nunique() <= 20:
-        ax.legend(fontsize=7)
+        handles, _ = ax.get_legend_handles_labels()
+        ax.legend(handles=handles + ([hollow_handle()] if hollow else []), fontsize=7)
     ax.set_title(title)
     fig.tight_layout()
     return fig
@@ -119,29 +170,36 @@ def plot_implementations(frame: pd.DataFrame, title: str):
 
 
 def plot_results(frame: pd.DataFrame, title: str):  # -> matplotlib Figure
-    """Bar chart of median time per operation (with min-max whiskers) and GFLOP/s where known."""
-    import matplotlib
+    """Bar chart of median time per operation (with min-max whiskers) and GFLOP/s where known; an operation
+    whose status is not ok (unstable, contended, ...) is drawn hatched in orange, its status in its label."""
+    plt = _pyplot()
+    from matplotlib.patches import Patch
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    ok = frame[frame["status"].isin(("ok", "unstable"))]  # unstable: measured, but not to the target precision
-    has_flops = ok["gflops_per_s"].notna().any()
+    shown = frame[frame["median_ms"].notna()]  # every operation with a time, whatever its status
+    marked = shown["status"].astype(str) != OK
+    has_flops = shown["gflops_per_s"].notna().any()
     fig, axes = plt.subplots(1, 2 if has_flops else 1, figsize=(13 if has_flops else 8, 0.35 * len(frame) + 1.8))
     axes = list(axes) if has_flops else [axes]
-    labels = ok["name"].tolist()
-    lower = (ok["median_ms"] - ok["min_ms"]).clip(lower=0)
-    upper = (ok["max_ms"] - ok["median_ms"]).clip(lower=0)
-    axes[0].barh(labels, ok["median_ms"], xerr=[lower, upper], color="tab:blue", capsize=2)
+    labels = [f"{n} [{s}]" if m else str(n) for n, s, m in zip(shown["name"], shown["status"], marked, strict=True)]
+    colors = ["tab:orange" if m else "tab:blue" for m in marked]
+    hatches = ["//" if m else "" for m in marked]
+    lower = (shown["median_ms"] - shown["min_ms"]).clip(lower=0)
+    upper = (shown["max_ms"] - shown["median_ms"]).clip(lower=0)
+    axes[0].barh(labels, shown["median_ms"], xerr=[lower, upper], color=colors, hatch=hatches, capsize=2)
     axes[0].set_xlabel("median time per call [ms] (whiskers: min-max)")
     axes[0].invert_yaxis()
     if has_flops:
-        axes[1].barh(labels, ok["gflops_per_s"].fillna(0), color="tab:green")
+        flops_colors = ["tab:orange" if m else "tab:green" for m in marked]
+        axes[1].barh(labels, shown["gflops_per_s"].fillna(0), color=flops_colors, hatch=hatches)
         axes[1].set_xlabel("GFLOP/s")
         axes[1].invert_yaxis()
         axes[1].set_yticklabels([])
+    if marked.any():
+        legend = [Patch(color="tab:blue", label="ok"),
+                  Patch(facecolor="tab:orange", hatch="//", label="not ok: status in [brackets]")]  # fmt: skip
+        fig.legend(handles=legend, fontsize=8, loc="upper right", ncol=2)
     fig.suptitle(title)
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.93 if marked.any() else 1))
     return fig
 
 
@@ -198,7 +256,8 @@ def plot_sweep_operations(
     operations: pd.DataFrame, jobs: pd.DataFrame, x: str, xlabel: str, title: str, numeric: bool = True
 ):
     """A sweep's operations against the swept value (the batch size: log-log): median time per call, time
-    per sample, GFLOP/s, and the jobs' totals (sum of median x occurrences, and per sample)."""
+    per sample, GFLOP/s, and the jobs' totals (sum of median x occurrences, and per sample). Rows whose
+    ``marked`` column is true (a status other than ok, a noisy run, a partial total) are drawn hollow."""
     plt = _pyplot()
     x_order = [] if numeric else list(dict.fromkeys(jobs.sort_values(x)[x]))
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
@@ -207,28 +266,41 @@ def plot_sweep_operations(
         (axes[0][1], "time_per_sample_ms", "time per call per sample [ms]"),
         (axes[1][0], "gflops_per_s", "GFLOP/s"),
     )
+    keys = list(dict.fromkeys(operations["key"])) if "key" in operations else []
+    styles = dict(zip(keys, series_styles(len(keys)), strict=True))  # one look per operation in every panel
+    marked = _marked(operations)
+    hollow = False
     for ax, column, label in panels:
         for key, sub in operations.groupby("key", sort=False) if column in operations else ():
             sub = sub.dropna(subset=[column]).sort_values(x)
             if len(sub):
-                ax.plot(_along(sub, x, x_order), sub[column], marker="o", markersize=3, label=str(key))
+                hollow |= draw_series(ax, _along(sub, x, x_order), sub[column], marked[sub.index], styles[key],
+                                      str(key), markersize=4)  # fmt: skip
         ax.set_ylabel(label)
         _log_y(ax)
         _x_axis(ax, x_order, xlabel, operations[x] if numeric else [])
     ax = axes[1][1]
     totals = jobs.sort_values(x)
-    for column, label in (("total_time_ms", "total (median x occurrences)"), ("time_per_sample_ms", "per sample")):
+    total_styles = (("C0", "s", "-"), ("C1", "D", "--"))
+    for (column, label), style in zip((("total_time_ms", "total (median x occurrences)"),
+                                       ("time_per_sample_ms", "per sample")), total_styles, strict=True):  # fmt: skip
         if column in totals and totals[column].notna().any():
-            ax.plot(_along(totals, x, x_order), totals[column], marker="s", label=label)
+            sub = totals.dropna(subset=[column])
+            hollow |= draw_series(ax, _along(sub, x, x_order), sub[column], _marked(sub), style, label)
     ax.set_ylabel("workload time [ms]")
     _log_y(ax)
     ax.legend(fontsize=8)
     _x_axis(ax, x_order, xlabel, totals[x] if numeric else [])
     handles, labels = axes[0][0].get_legend_handles_labels()
+    if hollow:
+        handles, labels = (
+            [*handles, hollow_handle()],
+            [*labels, "hollow: not ok (status, busy\nmachine, partial total)"],
+        )
     if handles:
-        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(0.86, 0.5), fontsize=7, title="operation")
+        fig.legend(handles, labels, loc="center left", bbox_to_anchor=(0.84, 0.5), fontsize=7, title="operation")
     fig.suptitle(title)
-    fig.tight_layout(rect=(0, 0, 0.86 if handles else 1, 0.97))
+    fig.tight_layout(rect=(0, 0, 0.84 if handles else 1, 0.97))
     return fig
 
 
@@ -243,19 +315,21 @@ def plot_sweep_training(jobs: pd.DataFrame, x: str, xlabel: str, title: str, num
         ("step_time_measured_ms", 1.0, "training step, measured"),
         ("step_time_predicted_ms", 1.0, "training step, predicted from operators"),
     )
-    for column, scale, label in series:
+    hollow = False
+    for (column, scale, label), style in zip(series, series_styles(len(series)), strict=True):
         if column in frame and frame[column].notna().any():
             sub = frame.dropna(subset=[column])
-            left.plot(_along(sub, x, x_order), sub[column] * scale, marker="o", label=label)
+            hollow |= draw_series(left, _along(sub, x, x_order), sub[column] * scale, _marked(sub), style, label)
     left.set_ylabel("step time [ms]")
     _log_y(left)
-    left.legend(fontsize=8)
+    handles, _ = left.get_legend_handles_labels()
+    left.legend(handles=handles + ([hollow_handle()] if hollow else []), fontsize=8)
     throughput = frame.get("samples_per_s_median")
     if throughput is None or throughput.isna().all():
         throughput = frame["batch_size"] / (frame.get("step_time_measured_ms", pd.Series(dtype=float)) / 1e3)
     frame["throughput"] = throughput
     sub = frame.dropna(subset=["throughput"])
-    right.plot(_along(sub, x, x_order), sub["throughput"], marker="o", color="tab:green")
+    draw_series(right, _along(sub, x, x_order), sub["throughput"], _marked(sub), ("tab:green", "o", "-"), "")
     right.set_ylabel("samples per second (median)")
     for ax in (left, right):
         _x_axis(ax, x_order, xlabel, frame[x] if numeric else [])

@@ -156,11 +156,13 @@ def framework_terms(autograd_nodes: int, layout_nodes: int, per_op_ms: Mapping[s
                        ("engine", "autograd engine in the backward pass")):  # fmt: skip
         if mode in per_op_ms:
             extra = max(per_op_ms[mode] - base, 0.0)
+            # not above plain dispatch: too small for the microbenchmark to tell apart, not a measured zero
+            per_node = f"{1e3 * extra:.3g} us" if extra > 0 else "too small to measure"
             terms.append(
                 ExtraTerm(
                     f"framework: {mode}",
                     autograd_nodes * extra,
-                    f"{what}: {autograd_nodes} nodes x {1e3 * extra:.3g} us (FrameworkOverhead mode "
+                    f"{what}: {autograd_nodes} nodes x {per_node} (FrameworkOverhead mode "
                     f"{FRAMEWORK_MODES[mode]} minus plain dispatch, one-element operators)",
                 )
             )

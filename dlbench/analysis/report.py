@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from dlbench.analysis.marks import status_notes
 from dlbench.analysis.plots import plot_results
 from dlbench.analysis.results import (
     measured_rows,
@@ -160,8 +161,9 @@ def log_interference(run, result: SweepResult) -> None:
 
 
 def print_summary(frame, run_name: str, run_id: str, result: SweepResult | None = None, link: str = "") -> None:
-    """The results table, then what makes its numbers less trustworthy: operations that did not converge
-    or could not be posed, and a machine busy enough to distort timings; and where the run is in the UI."""
+    """The results table, then what makes its numbers less trustworthy: one line per status other than ok
+    (did not converge, contended, could not be posed, failed, or any other), and a machine busy enough to
+    distort timings; and where the run is in the UI."""
     columns = [
         c
         for c in ("id", "name", "median_ms", "min_ms", "p10_ms", "p90_ms", "rel_ci", "reps", "gflops_per_s", "status")
@@ -170,13 +172,8 @@ def print_summary(frame, run_name: str, run_id: str, result: SweepResult | None 
     with pd.option_context("display.max_rows", 200, "display.width", 160):
         print(f"\n{run_name} (MLflow run {run_id})")
         print(frame[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="NA"))
-    for status, why in (
-        ("unstable", "did not converge: the median's 95% interval stayed wider than measure.target_rel_ci"),
-        ("unsupported", "cannot be posed by this implementation (see the error column)"),
-    ):
-        names = frame.loc[frame["status"] == status, "name"].tolist()
-        if names:
-            print(f"{len(names)} operation(s) {why}: {', '.join(map(str, names))}")
+    for line in status_notes(frame["status"], frame["name"]):  # every status but ok: unstable, contended, ...
+        print(line)
     report = result.interference if result is not None else None
     if report is not None and report.noisy:
         print(f"the machine was busy (tag dlbench.noisy=true): {report.reason}; these timings are distorted")

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dlbench.analysis.compare import operation_table, run_table
+from dlbench.analysis.compare import marked_values, operation_table, run_marks, run_table
 
 SUMMED_KINDS = ("operator_sweep", "training", "evaluation", "model_benchmark")
 #: Per-run columns of the jobs table, where the runs have them
@@ -35,6 +35,11 @@ class SweepSummary:
     def numeric_x(self) -> bool:
         return self.x == "batch_size"
 
+    @property
+    def noisy_jobs(self) -> int:
+        """Jobs whose run was measured on a busy machine (tag ``dlbench.noisy``)."""
+        return int(self.jobs["noisy"].sum()) if "noisy" in self.jobs else 0
+
     def by_value(self) -> pd.DataFrame:
         """Median ms per operation (rows: benchmark, implementation, operation) and swept value (columns)."""
         if self.operations.empty:
@@ -43,11 +48,11 @@ class SweepSummary:
             index=["benchmark", "implementation", "id", "key"], columns="swept", values="median_ms", aggfunc="first"
         )
         order = self.jobs.drop_duplicates("swept").sort_values(self.x, kind="stable")["swept"]
-        return (
-            table[[c for c in order if c in table.columns]]
-            .reset_index()
-            .sort_values(["benchmark", "implementation", "id"], kind="stable")
-        )
+        index = ["benchmark", "implementation", "id", "key"]
+        table = table[[c for c in order if c in table.columns]].reset_index()
+        table = table.merge(marked_values(self.operations, index, lambda r: str(r.swept)), on=index, how="left")
+        table["marked"] = table["marked"].fillna("")  # which values are not ok, and why
+        return table.sort_values(["benchmark", "implementation", "id"], kind="stable")
 
     def groups(self) -> list[tuple[str, pd.DataFrame, pd.DataFrame]]:
         """(title, operations, jobs) per benchmark and implementation (and other swept values when the
@@ -85,8 +90,9 @@ def summarize_sweep(
         runs[f"param.{key}"] = runs["run_id"].map(params[column]) if column in params else None
     runs["swept"] = [_label(row, swept) for _, row in runs.iterrows()]
     x = "batch_size" if runs["batch_size"].nunique() > 1 or swept == ("batch_size",) else "swept"
+    runs["marked"] = run_marks(runs)  # a noisy run, or operations whose status was not ok
     jobs_columns = ["run_id", "run_name", "status", "kind", "benchmark", "implementation", "system", "dtype",
-                    "batch_size", *(f"param.{k}" for k in swept), "swept"]  # fmt: skip
+                    "batch_size", *(f"param.{k}" for k in swept), "swept", "noisy", "marked"]  # fmt: skip
     jobs = runs[[*jobs_columns, *(m for m in JOB_METRICS if m in runs.columns)]]
     jobs = jobs.sort_values(["benchmark", "implementation", x, "swept"], kind="stable", ignore_index=True)
     operations, problems = operation_table(runs, read_results)
@@ -127,18 +133,28 @@ def sweep_note(title: str, summary: SweepSummary, status: str, artifacts: Sequen
             f"Swept: {', '.join(summary.swept) or 'nothing'}."
         )
     shown = [(t, c, k) for t, c, k in NOTE_COLUMNS if c in jobs.columns and jobs[c].notna().any()]
+    noisy = summary.noisy_jobs
     lines = [
-        f"**{title}** ({status}): {len(jobs)} job runs, " + ", ".join(f"{n} {s.lower()}" for s, n in counts.items()),
+        f"**{title}** ({status}): **{noisy} of {len(jobs)} jobs noisy**; {len(jobs)} job runs, "
+        + ", ".join(f"{n} {s.lower()}" for s, n in counts.items()),
         "",
         f"Swept: {', '.join(summary.swept) or 'nothing'}. Each job's run is a child of this one.",
+    ]
+    if noisy:
+        lines += ["", f"{noisy} job(s) were measured while the machine was busy (tag `dlbench.noisy`, column noisy "
+                  "below): their numbers are distorted and drawn hollow in the plots."]  # fmt: skip
+    lines += [
         "",
-        "| job | status | batch size | " + " | ".join(t for t, _, _ in shown) + " |",
-        "|---|---|---|" + "---|" * len(shown),
+        "| job | status | noisy | batch size | " + " | ".join(t for t, _, _ in shown) + " |",
+        "|---|---|---|---|" + "---|" * len(shown),
     ]
     for _, row in jobs.iterrows():
         values = [_number(row[c] * k if row[c] == row[c] and row[c] is not None else None) for _, c, k in shown]
+        flag = "**yes**" if row.get("noisy") else "no"
         lines.append(
-            f"| {row['run_name']} | {row['status']} | {_number(row['batch_size'])} | " + " | ".join(values) + " |"
+            f"| {row['run_name']} | {row['status']} | {flag} | {_number(row['batch_size'])} | "
+            + " | ".join(values)
+            + " |"
         )
     if artifacts:
         lines += ["", "Artifacts: " + ", ".join(f"`{a}`" for a in artifacts)]

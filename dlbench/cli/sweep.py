@@ -31,7 +31,7 @@ def finish_sweep_run(sweep, swept: Sequence[str], completed: bool) -> str:
     from dlbench.analysis.report import NOTE_TAG
     from dlbench.analysis.sweep import summarize_sweep, sweep_figures, sweep_note
     from dlbench.tracking.sweep import attach_sweep_run, child_runs
-    from dlbench.tracking.ui import compare_link, experiment_link, run_link, ui_command
+    from dlbench.tracking.ui import artifact_link, compare_link, experiment_link, run_link, ui_command
 
     run = attach_sweep_run(sweep)
     children = child_runs(sweep)
@@ -48,20 +48,29 @@ def finish_sweep_run(sweep, swept: Sequence[str], completed: bool) -> str:
                 table.to_csv(path, index=False)
                 run.log_artifact(path, "sweep")
                 artifacts.append(name)
+    plots: list[str] = []
     if completed:
         for name, figure in sweep_figures(summary):
+            plots.append(name)
             run.log_figure(figure, name)
             plt.close(figure)
             artifacts.append(name)
-    run.log_metrics({f"jobs_{s.lower()}": float(job_statuses.count(s)) for s in (FINISHED, FAILED, KILLED)})
+    jobs = {f"jobs_{s.lower()}": float(job_statuses.count(s)) for s in (FINISHED, FAILED, KILLED)}
+    run.log_metrics({**jobs, "jobs_noisy": float(summary.noisy_jobs)})
     title = run.data().tags.get("mlflow.runName", "sweep")
-    run.set_tags({NOTE_TAG: sweep_note(title, summary, status, artifacts)})
+    noisy_tags = {"dlbench.noisy_jobs": str(summary.noisy_jobs), "dlbench.noisy": str(summary.noisy_jobs > 0).lower()}
+    run.set_tags({NOTE_TAG: sweep_note(title, summary, status, artifacts), **noisy_tags})
     run.end(status)
     link = run_link(sweep.target, sweep.experiment_id, sweep.run_id)
-    print(f"\nsweep {title} (MLflow run {sweep.run_id}, {status}): {link}")
+    noisy = f", {summary.noisy_jobs} of {len(job_statuses)} jobs noisy" if summary.noisy_jobs else ""
+    print(f"\nsweep {title} (MLflow run {sweep.run_id}, {status}{noisy}): {link}")
+    if plots:  # the figure a person wants first: time against the swept value
+        plot = artifact_link(sweep.target, sweep.experiment_id, sweep.run_id, plots[0])
+        print(f"time against {summary.x.replace('_', ' ')}: {plot}")
     finished = [r for r, s in zip(summary.jobs.get("run_id", []), job_statuses, strict=True) if s == FINISHED]
     if len(finished) > 1:
-        print(f"its job runs side by side: {compare_link(sweep.target, sweep.experiment_id, finished)}")
+        side = compare_link(sweep.target, sweep.experiment_id, finished)
+        print(f"its job runs' parameters and metrics side by side: {side}")
     print(
         f"all runs of the experiment: {experiment_link(sweep.target, sweep.experiment_id)} ({ui_command(sweep.target)})"
     )

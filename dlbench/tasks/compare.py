@@ -107,11 +107,13 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         side = tables["implementations.csv"]
         if not side.empty:
             impl_columns = [c for c in side.columns if c not in ("benchmark", "system", "batch_size", "dtype", "id",
-                            "key") and "_over_" not in c]  # fmt: skip
+                            "key", "marked") and "_over_" not in c]  # fmt: skip
             for (benchmark, batch), sub in side.groupby(["benchmark", "batch_size"]):
                 if figures >= MAX_FIGURES:
                     break
                 frame = sub.set_index("key")[impl_columns]
+                # a number that is not ok (its status, a noisy run) says so in its label
+                frame.index = [f"{k} [{m}]" if m else str(k) for k, m in zip(sub["key"], sub["marked"], strict=True)]
                 fig = plot_implementations(frame, f"{benchmark} bs{int(batch)}: implementations")
                 run.log_figure(fig, f"plots/{benchmark}_bs{int(batch)}_implementations.png")
                 plt.close(fig)
@@ -129,7 +131,7 @@ def print_comparison(
 ) -> None:
     wanted = ("kind", "benchmark", "implementation", "system", "batch_size", "total_time_ms", "time_per_sample_ms",
               "step_time_s_median", "samples_per_s_median", "step_time_predicted_ms", "step_time_measured_ms",
-              "bandwidth_gbs", "repeats")  # fmt: skip
+              "bandwidth_gbs", "noisy", "repeats")  # fmt: skip
     shown = [c for c in wanted if c in runs.columns]
     superseded = int((runs["superseded_by"] != "").sum())
     with pd.option_context("display.width", 200, "display.max_rows", 60, "display.max_colwidth", 40):
@@ -138,6 +140,16 @@ def print_comparison(
             print(f"{superseded} run(s) repeat a configuration: the newest finished run of each is compared "
                   "(runs.csv: superseded_by)")  # fmt: skip
         print(runs.loc[runs["superseded_by"] == "", shown].to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+        noisy = int(runs.loc[runs["superseded_by"] == "", "noisy"].sum()) if "noisy" in runs else 0
+        if noisy:
+            print(f"{noisy} run(s) measured on a busy machine (noisy: tag dlbench.noisy): drawn hollow in the plots")
+        marked = tables["by_batch_size.csv"]
+        marked = marked[marked["marked"] != ""] if "marked" in marked else marked.iloc[0:0]
+        if len(marked):
+            print(
+                f"{len(marked)} operation(s) with a number that is not ok (by_batch_size.csv: marked; hollow in "
+                "the plots): " + "; ".join(f"{r.key} ({r.marked})" for r in marked.head(10).itertuples())
+            )
         side = tables["implementations.csv"]
         if not side.empty:
             print("\nimplementations side by side (median ms):")

@@ -21,8 +21,8 @@ log = logging.getLogger(__name__)
 DEFAULT_UI = "http://127.0.0.1:5000"
 VIEW_KEY = "dlbench"
 VIEW_TAG = f"mlflow.sharedViewState.{VIEW_KEY}"
-#: Run-list columns after the run's name and start: what identifies a run and the scalar metrics every kind
-#: of run is compared by (a run without one shows "-")
+#: Run-list columns after the run's name and start: what identifies a run, the scalar metrics every kind of
+#: run is compared by (a run without one shows "-"), and whether the machine was busy while it measured
 VIEW_COLUMNS = (
     ("params", "batch_size"),
     ("params", "dtype"),
@@ -35,6 +35,7 @@ VIEW_COLUMNS = (
     ("metrics", "step_time_s_median"),
     ("metrics", "samples_per_s_median"),
     ("metrics", "prediction_error_pct"),
+    ("tags", "dlbench.noisy"),
     ("attributes", "Dataset"),
     ("attributes", "Source"),
 )
@@ -63,6 +64,14 @@ def experiment_link(target: TrackingTarget, experiment_id: str) -> str:
 
 def run_link(target: TrackingTarget, experiment_id: str, run_id: str) -> str:
     return f"{ui_base(target)}/#/experiments/{experiment_id}/runs/{run_id}?workflowType=machine_learning"
+
+
+def artifact_link(target: TrackingTarget, experiment_id: str, run_id: str, path: str) -> str:
+    """The run's artifact view opened on ``path`` (a plot shows at once)."""
+    where = urllib.parse.quote(path, safe="/")
+    return (
+        f"{ui_base(target)}/#/experiments/{experiment_id}/runs/{run_id}/artifacts/{where}?workflowType=machine_learning"
+    )
 
 
 def compare_link(target: TrackingTarget, experiment_id: str, run_ids: Sequence[str]) -> str:

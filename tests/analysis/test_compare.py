@@ -192,5 +192,57 @@ def test_operation_table_across_batch_sizes_is_sorted_and_names_each_operation()
         }
     )
     table = by_batch_size(operations)
-    assert table["key"].tolist() == ["stem", "l1_64"] and table.columns[-2:].tolist() == ["bs1", "bs2"]
+    assert table["key"].tolist() == ["stem", "l1_64"] and table.columns[-3:].tolist() == ["bs1", "bs2", "marked"]
+    assert table["marked"].tolist() == ["", ""], "no status column: an executable's times, nothing to mark"
     assert table.set_index("key").loc["l1_64", "bs2"] == 4.0
+
+
+def test_contended_operations_and_noisy_runs_stay_in_the_tables_marked_and_plot_hollow(tmp_path: Path):
+    from dlbench.analysis.compare import operation_table, run_totals
+    from dlbench.analysis.plots import plot_time_vs_batch
+
+    found = pd.DataFrame(
+        [{"run_id": f"r{b}", "tags.mlflow.runName": f"conv-bs{b}", "status": "FINISHED",
+          "tags.dlbench.kind": "operator_sweep", "tags.dlbench.benchmark": "conv", "tags.dlbench.implementation": "t",
+          "tags.system.id": "s", "params.batch_size": str(b), "params.dtype": "float32", "start_time": b,
+          "tags.dlbench.noisy": noisy, "metrics.total_time_ms": 10.0 * b, "metrics.operations_ok": 2.0,
+          "metrics.operations_contended": contended}
+         for b, noisy, contended in ((1, "false", 0.0), (4, "true", 0.0), (16, "false", 1.0))]
+    )  # fmt: skip
+    results = {
+        f"r{b}": pd.DataFrame({"id": [0, 1, 2], "key": ["l1_3x3", "l4_reduce", "fc"], "name": ["a", "b", "c"],
+                               "count": [1, 1, 1], "median_ms": [1.0 * b, 2.0 * b, None],
+                               "status": [status, "ok", "failed"], "error": ["", "", "out of memory"]})
+        for b, status in ((1, "ok"), (4, "ok"), (16, "contended"))
+    }  # fmt: skip
+    runs = mark_repeats(run_table(found))
+    assert runs["noisy"].tolist() == [False, True, False]
+    operations, problems = operation_table(runs, results.__getitem__)
+    assert operations.loc[operations["status"] == "contended", "median_ms"].tolist() == [16.0], "kept, not dropped"
+    assert [p["problem"] for p in problems] == ["operation 2 failed: out of memory"] * 3
+    table = by_batch_size(operations).set_index("key")
+    assert table.loc["l1_3x3", "marked"] == "bs4: noisy run; bs16: contended"
+    assert table.loc["l4_reduce", "marked"] == "bs4: noisy run"
+    totals = run_totals(runs)
+    assert totals["marked"].tolist() == [False, True, True], "a noisy run, and a total with a contended operation"
+
+    figure = plot_time_vs_batch(totals, "conv: total", value="total_time_ms")
+    figure.savefig(tmp_path / "total.png")
+    (axes,) = figure.axes
+    hollow = [line for line in axes.lines if line.get_markerfacecolor() == "white"]
+    assert len(hollow) == 1 and list(hollow[0].get_xdata()) == [4, 16]
+    assert axes.get_legend().get_texts()[-1].get_text().startswith("hollow: not ok")
+
+
+def test_no_two_series_of_a_legend_share_colour_and_marker():
+    from dlbench.analysis.plots import plot_sweep_operations, series_styles
+
+    assert len(set(series_styles(40))) == 40
+    keys = [f"op{i}" for i in range(12)]  # more than the ten default colours
+    operations = pd.DataFrame({"key": keys * 2, "batch_size": [1] * 12 + [4] * 12, "median_ms": range(1, 25),
+                               "time_per_sample_ms": range(1, 25), "gflops_per_s": range(1, 25)})  # fmt: skip
+    jobs = pd.DataFrame({"batch_size": [1, 4], "total_time_ms": [10.0, 40.0]})
+    figure = plot_sweep_operations(operations, jobs, "batch_size", "batch size", "twelve operations")
+    handles = figure.legends[0].legend_handles
+    looks = {(h.get_color(), h.get_marker(), h.get_linestyle()) for h in handles}
+    assert len(handles) == 12 and len(looks) == 12

@@ -15,7 +15,7 @@ import pytest
 from helpers import FAST, Store, artifact_text, mlflow_runs, run_dlbench, write_fake_benchmark
 from mlflow.tracking import MlflowClient
 
-from dlbench.analysis.sweep import summarize_sweep, sweep_figures
+from dlbench.analysis.sweep import summarize_sweep, sweep_figures, sweep_note
 from dlbench.cli.callbacks import sweep_run_name, swept_overrides
 from dlbench.cli.sweep import sweep_status
 from dlbench.tracking.store import EXPERIMENT_KIND, EXPERIMENT_KIND_TAG, TrackingTarget, prepare_store
@@ -31,8 +31,7 @@ def _split(store: Store) -> tuple[object, list]:
 @pytest.mark.slow  # three measured jobs
 def test_multirun_is_a_parent_run_with_the_jobs_as_children_a_table_and_plots(tmp_path: Path, store: Store) -> None:
     result = run_dlbench(
-        "-m", "+benchmark=relu", "batch_size=1,2,4", "mlflow.system_metrics_interval_s=0.5", *FAST,
-        cwd=tmp_path, store=store,
+        "-m", "+benchmark=relu", "batch_size=1,2,4", *FAST, cwd=tmp_path, store=store,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
     sweep, jobs = _split(store)
@@ -46,14 +45,13 @@ def test_multirun_is_a_parent_run_with_the_jobs_as_children_a_table_and_plots(tm
     # the compare page lines up one layer across batch sizes: the same op/ keys in every job, no step series
     keys = [{k for k in j.data.metrics if k.startswith("op/")} for j in jobs]
     assert keys[0] == keys[1] == keys[2] and "op/stem/median_ms" in keys[0] and "median_ms" not in jobs[0].data.metrics
-    assert all("system/cpu_utilization_percentage" in j.data.metrics for j in jobs), "MLflow system metrics"
     datasets = [j.inputs.dataset_inputs[0].dataset for j in jobs]
     assert {d.name for d in datasets} == {"resnet50-relu"} and len({d.digest for d in datasets}) == 3
     assert "Slowest operations" in jobs[0].data.tags["mlflow.note.content"]
     assert jobs[0].data.tags["mlflow.source.name"].startswith("python -m dlbench +benchmark=relu batch_size=1 ")
 
     table = pd.read_csv(io.StringIO(artifact_text(store, sweep.info.run_id, "sweep/median_ms_by_batch_size.csv")))
-    assert table.columns.tolist() == ["benchmark", "implementation", "id", "key", "bs1", "bs2", "bs4"]
+    assert table.columns.tolist() == ["benchmark", "implementation", "id", "key", "bs1", "bs2", "bs4", "marked"]
     assert table["key"].tolist() == ["stem", "l1_64", "l1_256", "l2_512", "l3_1024", "l4_2048"]
     assert table.loc[0, "bs2"] == pytest.approx(jobs[1].data.metrics["op/stem/median_ms"], rel=1e-3)
     listed = list(csv.DictReader(io.StringIO(artifact_text(store, sweep.info.run_id, "sweep/jobs.csv"))))
@@ -65,7 +63,12 @@ def test_multirun_is_a_parent_run_with_the_jobs_as_children_a_table_and_plots(tm
         assert (
             Path(client.download_artifacts(sweep.info.run_id, plots[0], tmp)).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         )
-    assert "relu-torch_relu-bs4" in sweep.data.tags["mlflow.note.content"]
+    note = sweep.data.tags["mlflow.note.content"]
+    assert "relu-torch_relu-bs4" in note
+    noisy = sum(j.data.tags.get("dlbench.noisy") == "true" for j in jobs)  # whatever the machine did meanwhile
+    assert note.startswith(f"**relu-sweep-bs1,2,4** (FINISHED): **{noisy} of 3 jobs noisy**")
+    assert sweep.data.metrics["jobs_noisy"] == noisy and sweep.data.tags["dlbench.noisy_jobs"] == str(noisy)
+    assert f"runs/{sweep.info.run_id}/artifacts/sweep/relu-torch_relu_vs_batch_size.png?" in result.stdout
 
     (handoff,) = (tmp_path / ".dlbench" / "multirun").glob(f"*/{HANDOFF_FILE}")
     assert json.loads(handoff.read_text())["run_id"] == sweep.info.run_id
@@ -138,7 +141,7 @@ def test_a_sweep_over_something_else_than_the_batch_size_is_tabulated_by_that_va
     summary = summarize_sweep(children, results.__getitem__, ["dtype"])
     assert summary.x == "swept"
     table = summary.by_value()
-    assert table.columns.tolist()[-2:] == ["dtype=bfloat16", "dtype=float32"]
+    assert table.columns.tolist()[-3:] == ["dtype=bfloat16", "dtype=float32", "marked"]
     assert table.loc[0, "dtype=float32"] == 2.0 and table.loc[0, "dtype=bfloat16"] == 1.0
     (name, _figure), *_ = sweep_figures(summary)
     assert name == "sweep/relu-torch_relu_vs_swept.png"
@@ -154,3 +157,41 @@ def test_the_experiment_is_marked_as_a_training_experiment_unless_the_user_chose
     chosen = client.create_experiment("kind-chosen", tags={EXPERIMENT_KIND_TAG: "genai_development"})
     prepare_store(TrackingTarget(store_uri, "kind-chosen"))
     assert client.get_experiment(chosen).tags[EXPERIMENT_KIND_TAG] == "genai_development"
+
+
+def test_mlflow_system_metrics_are_sampled_while_a_run_is_open(store_uri: str) -> None:
+    """The sampler fires on its own clock: the run stays open until it has (a short job may end before)."""
+    import time
+
+    from dlbench.tracking.run import TrackedRun
+
+    with TrackedRun(TrackingTarget(store_uri, "sampled"), "sampled", system_metrics_s=0.2) as run:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            if "system/cpu_utilization_percentage" in run.client.get_run(run.run_id).data.metrics:
+                break
+            time.sleep(0.5)
+        metrics = run.client.get_run(run.run_id).data.metrics
+    assert "system/cpu_utilization_percentage" in metrics, sorted(metrics)
+
+
+def test_the_sweep_note_leads_with_its_noisy_jobs_and_the_plots_draw_them_hollow() -> None:
+    children = _children(
+        "operator_sweep",
+        [{"run_id": f"r{b}", "tags.dlbench.benchmark": "conv", "tags.dlbench.implementation": "torch_conv",
+          "tags.mlflow.runName": f"conv-bs{b}", "params.batch_size": str(b), "metrics.total_time_ms": 2.0 * b,
+          "tags.dlbench.noisy": "true" if b == 4 else "false"} for b in (1, 4, 16)],
+    )  # fmt: skip
+    status = {1: "ok", 4: "ok", 16: "contended"}
+    results = {f"r{b}": pd.DataFrame({"id": [0], "key": ["l1_3x3"], "name": ["l1_3x3"], "count": [1],
+                                      "median_ms": [1.0 * b], "status": [status[b]]}) for b in (1, 4, 16)}  # fmt: skip
+    summary = summarize_sweep(children, results.__getitem__, ["batch_size"])
+    assert summary.noisy_jobs == 1 and summary.jobs["noisy"].tolist() == [False, True, False]
+    note = sweep_note("conv-sweep", summary, "FINISHED", [])
+    assert note.startswith("**conv-sweep** (FINISHED): **1 of 3 jobs noisy**")
+    assert "| conv-bs4 | FINISHED | **yes** |" in note
+    assert summary.operations["marked"].tolist() == [False, True, True], "a noisy run's and a contended number"
+    assert summary.by_value().loc[0, "marked"] == "bs4: noisy run; bs16: contended"
+    (_name, figure), *_ = sweep_figures(summary)
+    labels = [t.get_text() for t in figure.legends[0].get_texts()]
+    assert labels[0] == "l1_3x3" and labels[-1].startswith("hollow: not ok")
