@@ -99,3 +99,15 @@ def test_repeated_names_get_the_operation_id() -> None:
 def test_workload_digest_names_the_operations_not_who_measured_them() -> None:
     assert workload_digest(_relu(4)) == workload_digest(_relu(4))
     assert workload_digest(_relu(4)) != workload_digest(_relu(8))
+
+
+def test_the_printed_summary_explains_every_status_but_ok_known_or_not(capsys) -> None:
+    from dlbench.analysis.report import print_summary
+
+    frame = pd.DataFrame({"id": [0, 1, 2, 3], "name": ["a", "b", "c", "d"], "median_ms": [1.0, 32.0, 2.0, None],
+                          "status": ["ok", "contended", "throttled", "failed"]})  # fmt: skip
+    print_summary(frame, "conv", "abc")
+    out = capsys.readouterr().out
+    assert "1 operation(s) contended, its threads waited for cores other work held" in out and ": b" in out
+    assert "1 operation(s) throttled, status 'throttled': not a clean measurement: c" in out
+    assert "1 operation(s) failed" in out and "operation(s) ok" not in out

@@ -13,7 +13,15 @@ import pytest
 
 from dlbench.tracking.naming import dlbench_command, metric_key, round_significant, run_name, short_host
 from dlbench.tracking.store import TrackingTarget
-from dlbench.tracking.ui import VIEW_KEY, compare_link, experiment_link, run_link, ui_command, view_state
+from dlbench.tracking.ui import (
+    VIEW_KEY,
+    artifact_link,
+    compare_link,
+    experiment_link,
+    run_link,
+    ui_command,
+    view_state,
+)
 
 
 @pytest.mark.parametrize(
@@ -77,6 +85,11 @@ def test_links_open_the_model_training_view_with_dlbench_columns() -> None:
     compare = urllib.parse.parse_qs(compare_link(server, "3", ["a", "b"]).split("?", 1)[1])
     assert json.loads(compare["runs"][0]) == ["a", "b"] and json.loads(compare["experiments"][0]) == ["3"]
     assert compare["workflowType"] == ["machine_learning"]
+    assert (
+        artifact_link(server, "3", "abc", "sweep/conv-torch conv_vs_batch_size.png")
+        == "https://mlflow.example.org/#/experiments/3/runs/abc/artifacts/sweep/conv-torch%20conv_vs_batch_size.png"
+        "?workflowType=machine_learning"
+    ), "the run page's artifact tab, opened on the plot"
     assert ui_command(local) == "mlflow ui --backend-store-uri sqlite:////tmp/x/mlflow.db"
 
 
@@ -84,6 +97,7 @@ def test_view_lists_params_and_run_level_metrics_in_order_with_widths() -> None:
     state = json.loads(view_state())
     assert state["selectedColumns"][:2] == ["params.`batch_size`", "params.`dtype`"]
     assert "metrics.`total_time_ms`" in state["selectedColumns"]
+    assert "tags.`dlbench.noisy`" in state["selectedColumns"], "whether the machine was busy, per run"
     assert state["columnOrder"][:2] == ["1", "attributes.`Run Name`"]
     assert state["columnWidths"]["attributes.`Run Name`"] >= 200
     assert set(state["selectedColumns"]) <= set(state["columnOrder"])
