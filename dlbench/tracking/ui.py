@@ -27,6 +27,7 @@ VIEW_COLUMNS = (
     ("params", "batch_size"),
     ("params", "dtype"),
     ("params", "implementation"),
+    ("tags", "dlbench.noisy"),
     ("metrics", "total_time_ms"),
     ("metrics", "time_per_sample_ms"),
     ("metrics", "gflops_per_s_mean"),
@@ -35,14 +36,13 @@ VIEW_COLUMNS = (
     ("metrics", "step_time_s_median"),
     ("metrics", "samples_per_s_median"),
     ("metrics", "prediction_error_pct"),
-    ("tags", "dlbench.noisy"),
     ("attributes", "Dataset"),
     ("attributes", "Source"),
 )
 #: Widths in pixels where the UI's default (100) would cut the value or the header
 VIEW_WIDTHS = {("attributes", "Run Name"): 280, ("attributes", "Dataset"): 180, ("attributes", "Source"): 260,
-               ("params", "implementation"): 130, **{("metrics", name): 150 for kind, name in VIEW_COLUMNS
-                                                      if kind == "metrics"}}  # fmt: skip
+               ("params", "implementation"): 130, ("tags", "dlbench.noisy"): 120,
+               **{("metrics", name): 150 for kind, name in VIEW_COLUMNS if kind == "metrics"}}  # fmt: skip
 #: The UI's own columns that come first: selection, run name, start time (and nesting)
 LEADING_COLUMNS = ("1", "attributes.`Run Name`", "runDateAndNestInfo")
 

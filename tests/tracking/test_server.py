@@ -118,7 +118,7 @@ def test_parallel_operator_sweep_logs_through_the_tracking_server(tmp_path: Path
     assert sorted(_params(r)["batch_size"] for r in runs) == ["1", "2"]
     assert {_tags(r)["mlflow.parentRunId"] for r in runs} == {sweep["info"]["run_id"]}
     table = server.artifact(sweep["info"]["run_id"], "sweep/median_ms_by_batch_size.csv").splitlines()
-    assert table[0] == "benchmark,implementation,id,key,bs1,bs2" and len(table) == 7
+    assert table[0] == "benchmark,implementation,id,key,bs1,bs2,marked" and len(table) == 7
     assert all(r["info"]["status"] == "FINISHED" for r in runs)
     assert len({_tags(r)["dlbench.sweep"] for r in runs}) == 1
     assert all(_metrics(r)["operations_ok"] == 6 for r in runs)
