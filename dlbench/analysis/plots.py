@@ -62,8 +62,8 @@ def plot_predicted_vs_measured(per_type: pd.DataFrame, title: str, profiled_ms: 
     fig, ax = plt.subplots(figsize=(9, 0.4 * len(frame) + 1.8))
     y = range(len(frame))
     ax.barh([i + 0.2 for i in y], frame["predicted_ms"].fillna(0), height=0.4, label="benchmarks (predicted)")
-    step = f", step {profiled_ms:.4g} ms" if math.isfinite(profiled_ms) else ""
-    ax.barh([i - 0.2 for i in y], frame["in_training_ms"], height=0.4, label=f"in the profiled step{step}")
+    step = f" ({profiled_ms:.4g} ms)" if math.isfinite(profiled_ms) else ""
+    ax.barh([i - 0.2 for i in y], frame["in_training_ms"], height=0.4, label=f"in training, profiled step{step}")
     ax.set_yticks(list(y))
     ax.set_yticklabels(frame["op_type"])
     ax.set_xlabel("time per training step [ms] (benchmarks: no profiler; training: profiler on)")

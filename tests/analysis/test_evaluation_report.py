@@ -57,5 +57,5 @@ def test_the_op_type_plot_labels_its_training_bars_as_the_profiled_step() -> Non
 
     figure = plot_predicted_vs_measured(op_type_frame(_frame()), "mlp", profiled_ms=168.0)
     labels = [t.get_text() for t in figure.axes[0].get_legend().get_texts()]
-    assert labels == ["benchmarks (predicted)", "in the profiled step, step 168 ms"]
+    assert labels == ["benchmarks (predicted)", "in training, profiled step (168 ms)"]
     assert "profiler on" in figure.axes[0].get_xlabel()
