@@ -171,16 +171,20 @@ def plot_implementations(frame: pd.DataFrame, title: str):
 
 def plot_results(frame: pd.DataFrame, title: str):  # -> matplotlib Figure
     """Bar chart of median time per operation (with min-max whiskers) and GFLOP/s where known; an operation
-    whose status is not ok (unstable, contended, ...) is drawn hatched in orange, its status in its label."""
+    whose status is not ok (unstable, contended, ...) or that ran while the machine was busy (``machine_busy``)
+    is drawn hatched in orange, why in its label."""
     plt = _pyplot()
     from matplotlib.patches import Patch
 
     shown = frame[frame["median_ms"].notna()]  # every operation with a time, whatever its status
-    marked = shown["status"].astype(str) != OK
+    busy = shown["machine_busy"].eq(True) if "machine_busy" in shown else pd.Series(False, index=shown.index)
+    why = [", ".join(([str(s)] if str(s) != OK else []) + (["machine busy"] if b else []))
+           for s, b in zip(shown["status"], busy, strict=True)]  # fmt: skip
+    marked = pd.Series([bool(w) for w in why], index=shown.index)
     has_flops = shown["gflops_per_s"].notna().any()
     fig, axes = plt.subplots(1, 2 if has_flops else 1, figsize=(13 if has_flops else 8, 0.35 * len(frame) + 1.8))
     axes = list(axes) if has_flops else [axes]
-    labels = [f"{n} [{s}]" if m else str(n) for n, s, m in zip(shown["name"], shown["status"], marked, strict=True)]
+    labels = [f"{n} [{w}]" if w else str(n) for n, w in zip(shown["name"], why, strict=True)]
     colors = ["tab:orange" if m else "tab:blue" for m in marked]
     hatches = ["//" if m else "" for m in marked]
     lower = (shown["median_ms"] - shown["min_ms"]).clip(lower=0)
@@ -196,7 +200,7 @@ def plot_results(frame: pd.DataFrame, title: str):  # -> matplotlib Figure
         axes[1].set_yticklabels([])
     if marked.any():
         legend = [Patch(color="tab:blue", label="ok"),
-                  Patch(facecolor="tab:orange", hatch="//", label="not ok: status in [brackets]")]  # fmt: skip
+                  Patch(facecolor="tab:orange", hatch="//", label="not ok: why in [brackets]")]  # fmt: skip
         fig.legend(handles=legend, fontsize=8, loc="upper right", ncol=2)
     fig.suptitle(title)
     fig.tight_layout(rect=(0, 0, 1, 0.93 if marked.any() else 1))

@@ -66,7 +66,8 @@ def log_sweep(
     if len(failed):
         run.log_table(failed[["id", "name", "error"]], "failed_operations.csv")
     if len(measured_rows(frame)):
-        fig = plot_results(frame, title)
+        busy = result.interference is not None and result.interference.noisy
+        fig = plot_results(frame, f"{title}: machine busy (tag dlbench.noisy), timings distorted" if busy else title)
         run.log_figure(fig, "results.png")
         plt.close(fig)
     return frame

@@ -111,3 +111,17 @@ def test_the_printed_summary_explains_every_status_but_ok_known_or_not(capsys) -
     assert "1 operation(s) contended, its threads waited for cores other work held" in out and ": b" in out
     assert "1 operation(s) throttled, status 'throttled': not a clean measurement: c" in out
     assert "1 operation(s) failed" in out and "operation(s) ok" not in out
+
+
+def test_results_png_hatches_every_operation_not_ok_or_timed_on_a_busy_machine_and_says_why() -> None:
+    from dlbench.analysis.plots import plot_results
+
+    frame = pd.DataFrame({"name": ["a", "b", "c", "d"], "median_ms": [1.0, 2.0, 3.0, None],
+                          "min_ms": [0.9, 1.8, 2.5, None], "max_ms": [1.1, 2.2, 3.5, None],
+                          "gflops_per_s": [5.0, 6.0, 7.0, None], "status": ["ok", "contended", "ok", "failed"],
+                          "machine_busy": [False, True, True, False]})  # fmt: skip
+    figure = plot_results(frame, "conv")
+    labels = [t.get_text() for t in figure.axes[0].get_yticklabels()]
+    assert labels == ["a", "b [contended, machine busy]", "c [machine busy]"], "a failed row has no time to draw"
+    hatches = [bar.get_hatch() for bar in figure.axes[0].patches]
+    assert [bool(h) for h in hatches] == [False, True, True]
