@@ -1,0 +1,186 @@
+"""A training step on a GPU as two lanes: the host issues the step's operations in program order, each
+costing its host time (dispatch and the launches of its kernels); the device runs each kernel from
+max(its launch, the end of the previous kernel on its stream) for its device time. A synchronising call
+(``loss.item()``, ``.cpu()``, ``cudaStreamSynchronize``, a copy to the host) makes the host wait for the
+device. The step ends when both lanes have. With no kernels (a CPU device) the step is the sum of the
+host times, which is the CPU prediction's sum of terms.
+
+The same model replays a recorded step (:func:`replay_ops`: the trace's own host and device durations), a
+check of the model's structure against the traced step, and two-lane breakdowns of a traced step
+(:func:`lane_breakdown`): device busy + device idle = step; host in operators + host waiting for the
+device + host outside any operator = step.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from dlbench.training.trace import DEVICE, OPERATOR, RUNTIME, TraceEvent, is_sync
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A kernel (or copy, memset) an operation launches: its device time and stream; ``at_us``: when the
+    host issues it, from the operation's start (None: at the end of the operation's host time)."""
+
+    device_us: float
+    stream: int = 0
+    at_us: float | None = None
+
+
+@dataclass(frozen=True)
+class HostOp:
+    """One operation on the host lane: ``gap_us`` of host time before it (outside any operator), its host
+    time, what it launches, and whether the host then waits for the device (``sync``)."""
+
+    name: str
+    host_us: float
+    launches: tuple[Launch, ...] = ()
+    sync: bool = False
+    gap_us: float = 0.0
+
+
+@dataclass(frozen=True)
+class Timeline:
+    """What the model says of a step (us): when each lane ends, and how busy each was."""
+
+    step_us: float
+    host_end_us: float
+    device_end_us: float
+    host_busy_us: float
+    host_wait_us: float
+    device_busy_us: float
+
+    @property
+    def device_idle_us(self) -> float:
+        return self.step_us - self.device_busy_us
+
+
+def simulate(ops: Iterable[HostOp]) -> Timeline:
+    """Run the two lanes over ``ops`` in program order."""
+    host = busy = wait = 0.0
+    stream_end: dict[int, float] = {}
+    spans: list[tuple[float, float]] = []
+    for op in ops:
+        host += op.gap_us
+        busy += op.gap_us + op.host_us
+        for launch in op.launches:
+            at = op.host_us if launch.at_us is None else min(max(launch.at_us, 0.0), op.host_us)
+            begin = max(host + at, stream_end.get(launch.stream, 0.0))
+            stream_end[launch.stream] = begin + launch.device_us
+            spans.append((begin, begin + launch.device_us))
+        host += op.host_us
+        if op.sync and stream_end:
+            device = max(stream_end.values())
+            if device > host:
+                wait += device - host
+                host = device
+    device_end = max(stream_end.values(), default=0.0)
+    return Timeline(max(host, device_end), host, device_end, busy, wait, _union(spans))
+
+
+def _union(spans: Sequence[tuple[float, float]]) -> float:
+    total, reach = 0.0, float("-inf")
+    for begin, end in sorted(spans):
+        if end > reach:
+            total += end - max(begin, reach)
+            reach = end
+    return total
+
+
+# ------------------------------------------------------------------------------ a recorded step replayed
+
+
+def _top_level(events: Sequence[TraceEvent]) -> list[TraceEvent]:
+    """Host events not nested in another on their thread, in time order."""
+    out: list[TraceEvent] = []
+    by_thread: dict[int, list[TraceEvent]] = {}
+    for e in events:
+        if e.kind in (OPERATOR, RUNTIME):
+            by_thread.setdefault(e.thread, []).append(e)
+    for thread_events in by_thread.values():
+        reach = None
+        for e in sorted(thread_events, key=lambda e: (e.start, -e.end)):
+            if reach is None or e.start >= reach:
+                out.append(e)
+                reach = e.end
+            else:
+                reach = max(reach, e.end)
+    return sorted(out, key=lambda e: e.start)
+
+
+@dataclass(frozen=True)
+class Replay:
+    ops: tuple[HostOp, ...]
+    traced_step_us: float
+    unlaunched: int  # device activities no runtime call of the trace launched (left out)
+
+
+def replay_ops(events: Sequence[TraceEvent]) -> Replay:
+    """The host lane of a traced step (top-level host events of every thread in time order, overlaps
+    clipped, gaps between them as ``gap_us``), each launching the device activities its runtime calls
+    launched, with their traced durations; a top-level event holding a synchronising call is ``sync``, its
+    host time less the time that call waited for the device. Streams that wait on each other's events
+    (cuDNN's helper stream joined by ``cudaStreamWaitEvent``) are replayed as one queue."""
+    devices = [e for e in events if e.kind == DEVICE]
+    by_correlation = {d.correlation: d for d in devices if d.correlation}
+    calls = sorted((e for e in events if e.kind == RUNTIME), key=lambda e: e.start)
+    joined = any(c.name in ("cudaStreamWaitEvent", "cuStreamWaitEvent") for c in calls)
+    top = _top_level(events)
+    if not top:
+        raise ValueError("the trace has no host events")
+    begin = top[0].start
+    end = max([e.end for e in top] + [d.end for d in devices])
+    ops: list[HostOp] = []
+    used: set[int] = set()
+    reach = begin
+    index = 0
+    for e in top:
+        start = max(e.start, reach)
+        if e.end <= start:
+            continue
+        launches: list[Launch] = []
+        sync = False
+        waited = 0
+        while index < len(calls) and calls[index].start < start:
+            index += 1
+        inside = index
+        while inside < len(calls) and calls[inside].start < e.end:
+            call = calls[inside]
+            inside += 1
+            if call.thread != e.thread and call is not e:
+                continue
+            launched = by_correlation.get(call.correlation)
+            if launched is not None and call.correlation not in used:
+                used.add(call.correlation)
+                stream = 0 if joined else launched.stream
+                launches.append(Launch(launched.duration / 1e3, stream, (call.end - start) / 1e3))
+            if is_sync(call, [launched] if launched is not None else []):
+                sync = True
+                ready = max((d.end for d in devices if d.start < call.end), default=call.start)
+                waited += max(0, min(call.end, ready) - call.start)
+        host = max(e.end - start - waited, 0)
+        ops.append(HostOp(e.name, host / 1e3, tuple(launches), sync, (start - reach) / 1e3))
+        reach = e.end
+    return Replay(tuple(ops), (end - begin) / 1e3, len(devices) - len(used))
+
+
+def lane_breakdown(events: Sequence[TraceEvent]) -> dict[str, float]:
+    """A traced step on both lanes, in ms: device busy + device idle = step; host in operators + host
+    waiting for the device (inside synchronising calls) + host outside any operator = step."""
+    replay = replay_ops(events)
+    devices = [(d.start, d.end) for d in events if d.kind == DEVICE]
+    step = replay.traced_step_us
+    device_busy = _union(devices) / 1e3
+    host_ops = sum(op.host_us for op in replay.ops)
+    spans = _union([(e.start, e.end) for e in _top_level(events)]) / 1e3  # host time in any top-level event
+    waited = max(spans - host_ops, 0.0)
+    return {
+        "step_ms": step / 1e3,
+        "device_busy_ms": device_busy / 1e3,
+        "device_idle_ms": (step - device_busy) / 1e3,
+        "host_operators_ms": host_ops / 1e3,
+        "host_waiting_ms": waited / 1e3,
+        "host_outside_ms": (step - host_ops - waited) / 1e3,
+    }
