@@ -13,8 +13,11 @@ device + host outside any operator = step.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
 
 from dlbench.training.trace import DEVICE, OPERATOR, RUNTIME, TraceEvent, is_sync
 
@@ -184,3 +187,111 @@ def lane_breakdown(events: Sequence[TraceEvent]) -> dict[str, float]:
         "host_waiting_ms": waited / 1e3,
         "host_outside_ms": (step - host_ops - waited) / 1e3,
     }
+
+
+# --------------------------------------------------------------------------------- a predicted step
+
+
+#: Program order of a training step's pass groups (:func:`dlbench.analysis.predict._pass_group`).
+PASS_ORDER = ("forward", "loss", "backward", "optimizer")
+
+
+def read_launch_ms(protocol_dir: str | Path, pattern: str = "*_evaluate_out.csv") -> dict[int, float]:
+    """Host ms of issuing one call (the protocol's launch column, written by benchmarks timed with CUDA
+    events) by operation id, from an evaluation's protocol files; ids without one are left out."""
+    from dlbench.operators.protocol import LAUNCH_COLUMN, TIME_UNITS_TO_MS
+
+    out: dict[int, float] = {}
+    for path in sorted(Path(protocol_dir).glob(pattern)):
+        lines = [line.split(",") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if not lines or lines[0][0].strip() != "id" or LAUNCH_COLUMN not in [c.strip() for c in lines[0]]:
+            continue
+        column = [c.strip() for c in lines[0]].index(LAUNCH_COLUMN)
+        factor = TIME_UNITS_TO_MS.get(lines[0][1].strip(), 1.0)
+        for fields in lines[1:]:
+            try:
+                out[int(fields[0])] = float(fields[column]) * factor
+            except (IndexError, ValueError):
+                continue  # a row without a launch time: the op gets the default host time
+    return out
+
+
+def optimizer_calls(profile_names: Iterable[str]) -> int | None:
+    """How many multi-tensor (``_foreach``/``_fused``) calls the script's optimizer made per step, from the
+    profiled operator names; None when it ran per tensor (or was not profiled)."""
+    calls = [n for n in profile_names if n.startswith(("aten::_foreach_", "aten::_fused_"))]
+    return len(calls) or None
+
+
+def step_ops(
+    frame: pd.DataFrame,
+    extra: Sequence[tuple[str, float]] = (),
+    *,
+    device: str = "cpu",
+    launch_ms: Mapping[int, float] | None = None,
+    default_host_ms: float = 0.0,
+    foreach_calls: int | None = None,
+) -> list[HostOp]:
+    """A predicted step's operations in program order (``frame``: :func:`dlbench.analysis.predict.
+    prediction_frame`; ``extra``: (name, ms) host terms such as the framework's).
+
+    On a CPU each measured operation costs its benchmark time on the one lane (its occurrences in a row),
+    so the step is the prediction's sum of terms. On a GPU each call costs its host time (``launch_ms`` by
+    operation id: dispatch and launches as its benchmark measured them, else ``default_host_ms``) and
+    launches one kernel of its benchmark median; an optimizer that ran multi-tensor (``foreach_calls``
+    calls, detected from the profile) issues those few calls, whose kernels do the per-tensor work; the
+    step ends with the loss read on the host (a synchronising copy)."""
+    launch_ms = launch_ms or {}
+    rows = frame[frame["status"].isin(("ok", "unstable"))].copy()
+    rows["order"] = rows["pass"].map(_group_order)
+    rows = rows.sort_values(["order", "id"], kind="stable")
+    ops: list[HostOp] = []
+    gpu = device == "cuda"
+    optimizer_device_us = 0.0
+    for row in rows.itertuples(index=False):
+        count, bench_us = int(row.occurrences), float(row.benchmark_ms) * 1e3
+        if not gpu:
+            ops.append(HostOp(str(row.name), bench_us * count))
+            continue
+        if foreach_calls and row.order == PASS_ORDER.index("optimizer"):
+            optimizer_device_us += bench_us * count
+            continue
+        host_us = launch_ms.get(int(row.id), default_host_ms) * 1e3
+        ops.extend(HostOp(str(row.name), host_us, (Launch(bench_us),)) for _ in range(count))
+    if gpu and foreach_calls and optimizer_device_us:
+        share = optimizer_device_us / foreach_calls
+        ops.extend(HostOp("optimizer (multi-tensor)", default_host_ms * 1e3, (Launch(share),))
+                   for _ in range(foreach_calls))  # fmt: skip
+    if not gpu:
+        ops.extend(HostOp(name, ms * 1e3) for name, ms in extra)
+        return ops
+    spread = sum(ms for _, ms in extra) * 1e3 / max(len(ops), 1)  # per-node framework costs, between the calls
+    ops = [HostOp(op.name, op.host_us, op.launches, op.sync, op.gap_us + spread) for op in ops]
+    ops.append(HostOp("loss read on the host", 0.0, sync=True))
+    return ops
+
+
+def gpu_step(
+    frame: pd.DataFrame,
+    terms: pd.DataFrame,
+    protocol_dir: str | Path,
+    profile_names: Iterable[str],
+    default_host_ms: float,
+) -> Timeline:
+    """The timeline of a predicted GPU step: operations from ``frame``, host times from the benchmarks'
+    launch column in ``protocol_dir``, the extra (non-operator) ``terms`` on the host lane, and the
+    optimizer as the profile says it ran."""
+    from dlbench.analysis.predict import OPERATOR_TERMS
+
+    extra = [(str(r.term), float(r.ms)) for r in terms.itertuples() if r.term not in OPERATOR_TERMS and r.ms]
+    ops = step_ops(frame, extra, device="cuda", launch_ms=read_launch_ms(protocol_dir),
+                   default_host_ms=default_host_ms, foreach_calls=optimizer_calls(profile_names))  # fmt: skip
+    return simulate(ops)
+
+
+def _group_order(pass_name: str) -> int:
+    if pass_name == "forward":
+        return 0
+    if pass_name.startswith("loss"):
+        return 1
+    return 3 if pass_name == "optimizer" else 2

@@ -158,6 +158,7 @@ def time_repeated(
     minima (``min_reps`` and ``min_time_s`` of timed time), then convergence (the median's 95% interval
     within ``target_rel_ci``) or ``max_time_s`` of repeating, whichever comes first."""
     clock = clock or HostClock(synchronize)
+    launches_before = len(getattr(clock, "launch_ms", ()))  # a clock serves many rows: this row's launches only
     started = time.perf_counter()
     budget = settings.budget_s if settings.budget_s > 0 else float("inf")
 
@@ -197,7 +198,7 @@ def time_repeated(
         if now - repeating_since >= settings.max_time_s:
             break
     samples.extend(clock.flush())
-    launch = getattr(clock, "launch_ms", None)
+    launch = list(getattr(clock, "launch_ms", ()))[launches_before:]
     return Timing(
         TimeStats.from_samples(samples, settings.target_rel_ci),
         budget_spent,

@@ -330,13 +330,20 @@ def ids_written(path: Path) -> list[int]:
     return ids
 
 
-def output_header(unit: str = "ms") -> str:
-    """The header line of an output file with every statistic column (what the embedded backends write)."""
-    return ",".join(["id", unit, *OUTPUT_COLUMNS]) + "\n"
+#: Optional last column: the median host time of issuing one call, where the device time is timed apart
+#: (CUDA events); the host lane of the GPU timeline (:mod:`dlbench.analysis.timeline`) reads it.
+LAUNCH_COLUMN = "launch"
 
 
-def output_row(op_id: int, stats: TimeStats, unit: str = "ms") -> str:
-    """One output line for ``stats``; missing statistics are empty cells."""
+def output_header(unit: str = "ms", launch: bool = False) -> str:
+    """The header line of an output file with every statistic column (what the embedded backends write),
+    and :data:`LAUNCH_COLUMN` last with ``launch``."""
+    return ",".join(["id", unit, *OUTPUT_COLUMNS, *([LAUNCH_COLUMN] if launch else [])]) + "\n"
+
+
+def output_row(op_id: int, stats: TimeStats, unit: str = "ms", launch_ms: float | None | bool = False) -> str:
+    """One output line for ``stats``; missing statistics are empty cells. ``launch_ms`` (None: not
+    measured) fills the launch column of a header written with ``launch``; False: no such column."""
     factor = TIME_UNITS_TO_MS[unit]
     cells = [str(op_id), repr(stats.median_ms / factor)]
     for name in OUTPUT_COLUMNS:
@@ -347,6 +354,8 @@ def output_row(op_id: int, stats: TimeStats, unit: str = "ms") -> str:
             cells.append(repr(value / factor))
         else:
             cells.append(str(int(value)))
+    if launch_ms is not False:
+        cells.append("" if launch_ms is None or launch_ms is True else repr(launch_ms / factor))
     return ",".join(cells) + "\n"
 
 

@@ -30,6 +30,7 @@ from dlbench.analysis.predict import (
     prediction_terms,
 )
 from dlbench.analysis.report import log_workload
+from dlbench.analysis.timeline import gpu_step
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.descriptors import DTYPE_BYTES, operation_cost
@@ -272,7 +273,15 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         layout = len(extraction.layout_nodes)
         terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, layout, framework_ms))
         coverage = model_coverage(extraction, plan.served_types)
-        metrics = prediction_metrics(frame, matched, measured_ms, profiled_ms, terms)
+        timeline = None
+        if device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
+            timeline = gpu_step(frame, terms, ctx.output_dir / "protocol", profile["name"],
+                                framework_ms.get("dispatch", 0.0))  # fmt: skip
+        metrics = prediction_metrics(frame, matched, measured_ms, profiled_ms, terms,
+                                     timeline.step_us / 1e3 if timeline else None)  # fmt: skip
+        if timeline is not None:
+            metrics.update({"predicted_host_ms": timeline.host_end_us / 1e3,
+                            "predicted_device_busy_ms": timeline.device_busy_us / 1e3})  # fmt: skip
         metrics.update(coverage.metrics())
         metrics.update({"load_average_start": load_start, "load_average_end": os.getloadavg()[0]})
         metrics.update(drift.metrics())

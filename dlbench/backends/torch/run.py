@@ -93,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.inference_mode(False),
         torch.no_grad(),
     ):
-        out.write(output_header())
+        launch = hasattr(clock, "launch_ms")  # CUDA events: the host's issuing time is measured apart
+        out.write(output_header(launch=launch))
         out.flush()
         samples_out.write(SAMPLES_HEADER)
         for op_id, values in rows:
@@ -130,6 +131,6 @@ def main(argv: list[str] | None = None) -> int:
                 )
             samples_out.write(samples_rows(op_id, timing.samples_ms))
             samples_out.flush()  # before the row, so a row that is read always has its samples
-            out.write(output_row(op_id, s))
+            out.write(output_row(op_id, s, launch_ms=timing.launch_ms if launch else False))
             out.flush()
     return 1 if failed and failed == len(rows) else 0
