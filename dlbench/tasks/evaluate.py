@@ -44,7 +44,7 @@ from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.step import graph_facts, training_step
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import model_coverage, plan_benchmarks
-from dlbench.operators.reference import REFERENCE_OPERATIONS, Drift, reference_medians
+from dlbench.operators.reference import GPU_WARMUP_ROUNDS, Drift, reference_medians, reference_operations
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
 from dlbench.tracking.runs import job_run_name, open_run
@@ -143,18 +143,21 @@ def measure_reference(
     cfg: DlbenchConfig, ctx: AppContext, registry: Registry, device: str, when: str
 ) -> dict[str, float]:
     """Median ms of the reference operations (:mod:`dlbench.operators.reference`) now, with PyTorch's kernels
-    and the benchmarks' settings; those without a torch benchmark here are left out."""
+    and the benchmarks' settings; those without a torch benchmark here are left out. On a GPU: device-bound
+    sizes, timed with CUDA events after a round that brings the clocks up from idle."""
     medians: dict[str, float] = {}
-    for op in REFERENCE_OPERATIONS:
+    rounds = (GPU_WARMUP_ROUNDS if device == "cuda" else 0) + 1
+    for op in reference_operations(device):
         entries = registry.serving(op.op_type, "torch", device)
         if not entries or entries[0].unavailable_reason:
             continue
-        result, _ = measure_with_progress(
-            entries[0], [op], run_settings(cfg, device), ctx.output_dir / "protocol", f"{op.name}_{when}", True
-        )  # a stem per operation: the GEMM's and the convolution's protocol files stay apart
-        if result.interrupted:
-            raise KeyboardInterrupt(f"{entries[0].name} was interrupted")
-        medians.update(reference_medians(result.measurements))
+        for _ in range(rounds):  # the last round counts
+            result, _ = measure_with_progress(
+                entries[0], [op], run_settings(cfg, device), ctx.output_dir / "protocol", f"{op.name}_{when}", True
+            )  # a stem per operation: the GEMM's and the convolution's protocol files stay apart
+            if result.interrupted:
+                raise KeyboardInterrupt(f"{entries[0].name} was interrupted")
+        medians.update(reference_medians(result.measurements, device))
     return medians
 
 
