@@ -30,7 +30,7 @@ from dlbench.analysis.predict import (
     prediction_terms,
 )
 from dlbench.analysis.report import log_workload
-from dlbench.analysis.timeline import gpu_step
+from dlbench.analysis.timeline import gpu_step, lane_breakdown
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.descriptors import DTYPE_BYTES, operation_cost
@@ -58,6 +58,7 @@ from dlbench.training.scripts import (
     run_training,
     training_entry,
 )
+from dlbench.training.trace import read_trace
 
 #: The optimizer update's op_type; training runs PyTorch's optimizer whatever the backend measures
 SGD_OP_TYPE = "SGD"
@@ -285,6 +286,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         if timeline is not None:
             metrics.update({"predicted_host_ms": timeline.host_end_us / 1e3,
                             "predicted_device_busy_ms": timeline.device_busy_us / 1e3})  # fmt: skip
+            metrics.update(traced_lanes(trained.profile_dir))
         metrics.update(coverage.metrics())
         metrics.update({"load_average_start": load_start, "load_average_end": os.getloadavg()[0]})
         metrics.update(drift.metrics())
@@ -304,6 +306,18 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             run.log_artifact(workdir / "stderr.txt")
         print_evaluation(run.run_name, run.run_id, evaluation)
     return 0
+
+
+def traced_lanes(profile_dir) -> dict[str, float]:
+    """The first profiled step's two lanes (device busy/idle, host in operators/waiting/outside), from its
+    trace; none when it has no readable trace."""
+    traces = sorted(profile_dir.glob("batch_*_trace.json"))
+    try:
+        lanes = lane_breakdown(read_trace(traces[0])) if traces else {}
+    except ValueError as err:
+        log.warning("no two-lane breakdown of the profiled step: %s", err)
+        lanes = {}
+    return {f"lanes.{name}": value for name, value in lanes.items()}
 
 
 def script_params(facts: dict, already: dict[str, object]) -> dict[str, object]:

@@ -54,3 +54,20 @@ def test_a_file_that_is_not_a_trace_is_refused_naming_it(tmp_path):
     bad.write_text('{"events": []}', encoding="utf-8")
     with pytest.raises(ValueError, match="batch_5_trace.json: no 'traceEvents'"):
         read_trace(bad)
+
+
+def test_multi_tensor_optimizer_calls_are_matched_to_the_optimizer_operations():
+    import pandas as pd
+
+    from dlbench.analysis.match import load_table, match_profile, profile_from_batches
+    from dlbench.core.values import Operation
+    from dlbench.training.profile import PROFILE_COLUMNS
+
+    rows = pd.DataFrame(operator_table(read_trace(TRACES[0]), 5), columns=PROFILE_COLUMNS)
+    profile = profile_from_batches(rows, "self_device_us")
+    sgd = [Operation(i, "SGD", (("N", n), ("C", 1), ("H", 1), ("W", 1)), name=f"sgd{i}") for i, n in enumerate((8, 24))]
+    result = match_profile(profile, sgd, {0: "optimizer", 1: "optimizer"}, load_table(), {0: 1.0, 1: 3.0})
+    foreach = result.rows[result.rows["name"].str.startswith("aten::_foreach_")]
+    assert len(foreach) and set(foreach["status"]) == {"matched"}
+    device = float(foreach["time_us"].sum())
+    assert device > 0 and result.assigned_us[1] == pytest.approx(3 * result.assigned_us[0])
