@@ -19,6 +19,7 @@ else
   export PYTHONPATH=$PWD
 fi
 export DLBENCH_WARM=0
+step "gpu timing tests"; python3 -m pytest -q -p no:cacheprovider --run-slow -m gpu tests/backends/test_timing.py 2>&1 | tail -3
 step replay; [ -d ../shared/data/h200/evaluations ] && python3 bench/gpu_replay.py ../shared/data/h200/evaluations | tail -1
 evaluate() {  # model, batch sizes...
   local model=$1; shift
