@@ -12,6 +12,7 @@ from dlbench.analysis.predict import prediction_terms
 from dlbench.analysis.timeline import (
     HostOp,
     Launch,
+    gpu_step,
     lane_breakdown,
     optimizer_calls,
     read_launch_ms,
@@ -88,3 +89,20 @@ def test_the_optimizer_is_multi_tensor_when_the_profile_ran_foreach_kernels():
     names = [e.name for e in read_trace(TRACES[0])]
     assert optimizer_calls(names) == 3
     assert optimizer_calls(["aten::add_", "aten::mul_"]) is None
+
+
+def test_recorded_h200_benchmark_rows_give_a_two_lane_step(tmp_path):
+    frame = pd.read_csv(DATA / "h200_mlp_bs64_operations.csv")
+    terms = pd.read_csv(DATA / "h200_mlp_bs64_prediction_terms.csv")
+    cpu = simulate(step_ops(frame, [(r.term, r.ms) for r in terms.itertuples() if r.term.startswith("framework")]))
+    assert cpu.step_us / 1e3 == pytest.approx(float(terms["ms"].sum()))  # the recorded prediction: a plain sum
+
+    names = [e.name for e in read_trace(TRACES[0])]  # the profile ran SGD as three _foreach calls
+    timeline = gpu_step(frame, terms, tmp_path, names, default_host_ms=0.0123)
+    device_us = float((frame["benchmark_ms"] * frame["occurrences"]).sum()) * 1e3
+    assert timeline.device_busy_us == pytest.approx(device_us)  # every benchmarked kernel runs once
+    calls = int(frame.loc[frame["pass"] != "optimizer", "occurrences"].sum()) + 3
+    framework_us = float(terms.loc[terms["term"].str.startswith("framework"), "ms"].sum()) * 1e3
+    assert timeline.host_busy_us == pytest.approx(calls * 12.3 + framework_us)
+    assert timeline.step_us >= max(timeline.host_busy_us, device_us)
+    assert timeline.step_us < cpu.step_us  # host and device overlap
