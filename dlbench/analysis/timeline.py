@@ -216,6 +216,16 @@ def read_launch_ms(protocol_dir: str | Path, pattern: str = "*_evaluate_out.csv"
     return out
 
 
+def host_framework_ms(protocol_dir: str | Path, measured: Mapping[str, float]) -> dict[str, float]:
+    """The framework microbenchmark's ms per one-element operator by mode, from the host's issuing time
+    (its ``framework_out.csv`` launch column) where written, else ``measured`` (the benchmark's median)."""
+    from dlbench.analysis.predict import FRAMEWORK_MODES, FRAMEWORK_OPS
+
+    host = read_launch_ms(protocol_dir, "framework_out.csv")
+    return {name: host[mode] / FRAMEWORK_OPS if mode in host else ms
+            for name, ms in measured.items() if (mode := FRAMEWORK_MODES.get(name)) is not None}  # fmt: skip
+
+
 def optimizer_calls(profile_names: Iterable[str]) -> int | None:
     """How many multi-tensor (``_foreach``/``_fused``) calls the script's optimizer made per step, from the
     profiled operator names; None when it ran per tensor (or was not profiled)."""

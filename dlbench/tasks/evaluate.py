@@ -30,7 +30,7 @@ from dlbench.analysis.predict import (
     prediction_terms,
 )
 from dlbench.analysis.report import log_workload
-from dlbench.analysis.timeline import gpu_step, lane_breakdown
+from dlbench.analysis.timeline import gpu_step, host_framework_ms, lane_breakdown
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.descriptors import DTYPE_BYTES, operation_cost
@@ -266,6 +266,8 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         matched = match_profile(profile, step.operations, step.passes, table, weights)
         frame = prediction_frame(step, measurements, implementations, matched.assigned_us)
         framework_ms = measure_framework(cfg, ctx, registry, device, run)
+        if device == "cuda":  # the framework's cost is the host's: its issuing time, not the events' span
+            framework_ms = host_framework_ms(ctx.output_dir / "protocol", framework_ms)
         bracket: dict[str, float] = {}
         if cfg.evaluate.bracket:
             log.info("training %s again after the benchmarks (evaluate.bracket)", entry.name)

@@ -106,3 +106,13 @@ def test_recorded_h200_benchmark_rows_give_a_two_lane_step(tmp_path):
     assert timeline.host_busy_us == pytest.approx(calls * 12.3 + framework_us)
     assert timeline.step_us >= max(timeline.host_busy_us, device_us)
     assert timeline.step_us < cpu.step_us  # host and device overlap
+
+
+def test_on_a_gpu_the_framework_costs_are_the_hosts_issuing_time(tmp_path):
+    from dlbench.analysis.timeline import host_framework_ms
+
+    measured = {"dispatch": 0.002, "recording": 0.003, "engine": 0.004}
+    assert host_framework_ms(tmp_path, measured) == measured  # no launch column: the medians stand
+    rows = [output_row(0, TimeStats(0.1), launch_ms=0.64), output_row(2, TimeStats(0.1), launch_ms=1.28)]
+    (tmp_path / "framework_out.csv").write_text(output_header(launch=True) + "".join(rows))
+    assert host_framework_ms(tmp_path, measured) == {"dispatch": 0.01, "recording": 0.003, "engine": 0.02}
