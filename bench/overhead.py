@@ -20,7 +20,8 @@ every figure grows; compare ratios measured on a quiet one.
 than wall time (a sweep's includes its kernels, on every thread they use).
 
 Usage: python bench/overhead.py [--repeats 3] [--batch-size 1] [--out overhead.csv] [--fail-above RATIO]
-``--fail-above`` exits with 1 when a median exceeds RATIO times its target (a loose guard for CI).
+``--fail-above`` exits with 1 when a command's median exceeds RATIO times its target (a loose guard for CI;
+the figures derived from others, dlbench's own above the floor, are reported and not guarded).
 """
 
 from __future__ import annotations
@@ -188,11 +189,12 @@ def main() -> int:
     rows: list[dict[str, object]] = []
 
     def figure(name: str, seconds: list[float], target: float | None, note: str = "", timed_now: bool = True) -> None:
-        """A row; ``timed_now`` when ``seconds`` are the commands just timed (their CPU time is theirs)."""
+        """A row: the commands just timed, or (``timed_now`` false) a figure derived from other rows."""
         median = statistics.median(seconds)
         cpu = statistics.median(CPU_SECONDS[-len(seconds) :]) if timed_now else None
         rows.append({"command": name, "median_s": median, "min_s": min(seconds), "cpu_s": cpu, "runs": len(seconds),
-                     "target_s": target, "ratio": median / target if target else None, "note": note})  # fmt: skip
+                     "target_s": target, "ratio": median / target if target else None, "derived": not timed_now,
+                     "note": note})  # fmt: skip
 
     with tempfile.TemporaryDirectory(prefix="dlbench_overhead_") as tmp:
         work = Path(tmp)
@@ -214,7 +216,9 @@ def main() -> int:
     print(f"after: {after} ({os.cpu_count()} CPUs); targets are for a quiet machine")
     if args.out:
         frame.assign(load_before=before, load_after=after).to_csv(args.out, index=False)
-    over = frame[frame["ratio"].notna() & (frame["ratio"] > args.fail_above)] if args.fail_above else frame.iloc[0:0]
+    # the guard is for commands: a difference of two medians on a busy machine swings too far for a loose bound
+    guarded = frame[frame["ratio"].notna() & ~frame["derived"]]
+    over = guarded[guarded["ratio"] > args.fail_above] if args.fail_above else frame.iloc[0:0]
     for row in over.itertuples():
         print(f"{row.command}: {row.median_s:.2f} s is {row.ratio:.1f}x its target of {row.target_s:g} s")
     return 1 if len(over) else 0
