@@ -31,9 +31,6 @@ class Store:
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DLBENCH_"))}
     env["HYDRA_FULL_ERROR"] = "0"
-    # every command runs in a process of its own, as without a warm-start server; the server's own tests
-    # turn it on with a private socket folder (tests/cli/test_warmstart.py)
-    env["DLBENCH_WARM"] = "0"
     env.update(extra)
     return env
 

@@ -41,8 +41,6 @@ def log_sweep(
     ``kept``: results of an earlier run that a resumed sweep did not measure again; they join this run's
     rows in ``results.csv`` (column ``source_run_id`` says which run measured each row).
     """
-    import matplotlib.pyplot as plt
-
     frame = results_frame(operations, result, implementation=run.run_name)
     frame["source_run_id"] = run.run_id
     if kept is not None and len(kept):
@@ -67,7 +65,6 @@ def log_sweep(
     if len(measured_rows(frame)):
         fig = plot_results(frame, title)
         run.log_figure(fig, "results.png")
-        plt.close(fig)
     return frame
 
 

@@ -215,7 +215,7 @@ def test_a_ctrl_c_while_the_command_is_still_starting_says_interrupted_without_a
     for step in range(24):
         with default_signals_in_children():
             proc = subprocess.Popen(
-                [sys.executable, "-m", "dlbench", "task=list"], cwd=tmp_path, env=clean_env(DLBENCH_WARM="0"),
+                [sys.executable, "-m", "dlbench", "task=list"], cwd=tmp_path, env=clean_env(),
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
         time.sleep(0.02 * step)
