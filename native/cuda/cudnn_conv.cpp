@@ -143,11 +143,14 @@ struct ConvProblem {
     int64_t plan = -1; // -1: the plan the heuristics build chose
     std::string label;
 
-    std::unordered_map<std::shared_ptr<fe::graph::Tensor_attributes>, void *> pack() const {
-        return {{in_first, first.get()}, {in_second, second.get()}, {out, result.get()}};
+    // The device pointers by tensor uid, built once (after the operation graph gave the tensors their uids), so
+    // a timed call does not rebuild it.
+    mutable std::unordered_map<int64_t, void *> variant;
+
+    void bind() {
+        variant = {{in_first->get_uid(), first.get()}, {in_second->get_uid(), second.get()}, {out->get_uid(), result.get()}};
     }
     void launch() const {
-        auto variant = pack();
         check_fe(plan < 0 ? graph.execute(handle(), variant, workspace.get())
                           : graph.execute_plan_at_index(handle(), variant, workspace.get(), plan),
                  "cuDNN graph execute");
@@ -197,7 +200,7 @@ void build_graph(ConvProblem &p) {
 
 // Median milliseconds of a few calls of plan `index` (engine search), or infinity when it fails.
 double time_plan(ConvProblem &p, int64_t index, void *workspace) {
-    auto variant = p.pack();
+    auto &variant = p.variant;
     cudaEvent_t start = nullptr, stop = nullptr;
     check_cuda(cudaEventCreate(&start), "cudaEventCreate");
     check_cuda(cudaEventCreate(&stop), "cudaEventCreate");
@@ -253,6 +256,7 @@ std::unique_ptr<ConvProblem> prepare(const ConvShape &s, const reference::Tensor
         p->result = DeviceBytes(static_cast<size_t>(p->device.weights_size()) * p->precision.element_bytes());
     }
     build_graph(*p);
+    p->bind();
     const bool search = settings.choice == AlgoChoice::search;
     int64_t bytes = 0;
     if (!search) {
