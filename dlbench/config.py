@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from dlbench.core.settings import CACHE_STATES, default
+from dlbench.core.settings import CACHE_STATES, FP32_MATHS, default
 
 TASKS = ("run", "list", "extract", "benchmark_model", "evaluate", "compare", "gc")
 DEVICES = ("cpu", "cuda", "auto")
@@ -198,8 +198,9 @@ class RooflineConfig:
     call_s: float = 0.25
     #: MiB per array of the copy and triad bandwidth kernels (well above the last-level cache)
     stream_mib: int = 256
-    #: dtypes whose GEMM peak is measured; those the device cannot run are skipped and reported
-    dtypes: list[str] = field(default_factory=lambda: ["float32", "bfloat16"])
+    #: dtypes whose GEMM peak is measured; those the device cannot run are skipped and reported. float32 on a GPU
+    #: with TF32 tensor cores is measured twice: IEEE (peak ``float32``) and TF32 (peak ``tf32``)
+    dtypes: list[str] = field(default_factory=lambda: ["float32", "float16", "bfloat16"])
     #: seconds each kernel is repeated for (after one warm-up call), at least ``min_reps`` times
     min_time_s: float = 1.0
     min_reps: int = 3
@@ -272,6 +273,9 @@ class DlbenchConfig:
     task: str = "run"
     batch_size: int = 8
     dtype: str = "float32"
+    #: float32 math on NVIDIA GPUs: ieee, tf32, or framework (PyTorch's default: cuDNN convolutions may use
+    #: TF32, matmuls not); applied to the torch backend, the native CUDA kernels and the roofline's ceiling
+    fp32_math: str = str(default("fp32_math"))
     threads: int = 0
     device: str = "cpu"
     backend: str = "torch"
@@ -319,6 +323,16 @@ class DlbenchConfig:
             raise ValueError(f"device={self.device!r}: use one of {', '.join(DEVICES)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r}: use one of {', '.join(DTYPES)}")
+        if self.fp32_math not in FP32_MATHS:
+            raise ValueError(
+                f"fp32_math={self.fp32_math!r}: use ieee, tf32 or framework (PyTorch's default: cuDNN "
+                "convolutions may use TF32, matmuls not)"
+            )
+        if self.fp32_math == "tf32" and self.device == "cpu":
+            raise ValueError(
+                "fp32_math=tf32 with device=cpu: TF32 is a tensor-core mode of NVIDIA GPUs, float32 on the CPU is "
+                "IEEE; use device=cuda, or fp32_math=ieee"
+            )
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.threads < 0:

@@ -21,6 +21,7 @@ from dlbench.analysis.results import (
 )
 from dlbench.analysis.roofline import attach_roofline
 from dlbench.config import DlbenchConfig
+from dlbench.core.device import resolve_device
 from dlbench.core.values import Operation, SweepResult
 from dlbench.operators.runner import SweepFiles
 
@@ -47,7 +48,9 @@ def log_sweep(
         frame = pd.concat([kept, frame], ignore_index=True).sort_values("id", kind="stable", ignore_index=True)
         frame["key"] = frame["key"].fillna(frame["name"])  # rows kept from a run made before keys existed
     # arithmetic intensity and fraction of the roofline bound, when this system has a roofline run
-    frame = attach_roofline(run, frame, cfg.dtype, f"{title}: roofline")
+    frame = attach_roofline(
+        run, frame, cfg.dtype, f"{title}: roofline", cfg.fp32_math, resolve_device(cfg.device)
+    )  # fmt: skip
     metrics = summary_metrics(frame, cfg.batch_size)
     per_operation, covered = operation_metrics(frame, cfg.mlflow.max_operation_metrics)
     run.log_metrics({**metrics, **per_operation})

@@ -59,11 +59,22 @@ MEASURE_SETTINGS: tuple[Setting, ...] = (
 #: the values of ``caches``
 CACHE_STATES = ("hot", "cold")
 
+#: the values of ``fp32_math``
+FP32_MATHS = ("ieee", "tf32", "framework")
+
 #: Top-level config keys an executable is told about, and the verify switch of the native kernels.
 RUN_SETTINGS: tuple[Setting, ...] = (
     Setting("threads", "DLBENCH_THREADS", int, 0, "CPU threads (0: all physical cores, not hyper-threads)"),
     Setting("device", "DLBENCH_DEVICE", str, "cpu", "cpu or cuda"),
     Setting("dtype", "DLBENCH_DTYPE", str, "float32", "float32, float16 or bfloat16"),
+    Setting(
+        "fp32_math",
+        "DLBENCH_FP32_MATH",
+        str,
+        "framework",
+        "float32 math on NVIDIA GPUs: ieee (no TF32 anywhere), tf32 (TF32 tensor cores for convolutions and "
+        "matmuls), framework (PyTorch's default: cuDNN convolutions may use TF32, matmuls not)",
+    ),
     Setting(
         "verify", "DLBENCH_VERIFY", int, 0, "1: compare small problems with a reference, exit non-zero on mismatch"
     ),

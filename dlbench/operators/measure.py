@@ -24,6 +24,7 @@ def sweep_params(cfg: DlbenchConfig, entry: OperatorBenchmark, benchmark_name: s
         "op_type": cfg.benchmark.op_type if cfg.benchmark else "",
         "batch_size": cfg.batch_size,
         "dtype": cfg.dtype,
+        "fp32_math": cfg.fp32_math,
         "threads": cfg.threads,
         "keep_heap": cfg.keep_heap,
         "device": device,

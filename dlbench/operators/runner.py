@@ -43,6 +43,7 @@ class RunSettings:
     threads: int = int(default("threads"))
     device: str = str(default("device"))
     dtype: str = str(default("dtype"))
+    fp32_math: str = str(default("fp32_math"))
     timeout_s: float = 600.0
     op_budget_s: float = float(default("op_budget_s"))
     memory_fraction: float = float(default("memory_fraction"))
@@ -226,6 +227,7 @@ def run_settings(cfg: DlbenchConfig, device: str) -> RunSettings:
         threads=resolve_threads(cfg.threads),  # 0: all physical cores, decided here so the run records it
         device=device,
         dtype=cfg.dtype,
+        fp32_math=cfg.fp32_math,
         timeout_s=cfg.timeout,
         op_budget_s=m.op_budget_s,
         memory_fraction=m.memory_fraction,

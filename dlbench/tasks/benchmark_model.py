@@ -79,6 +79,7 @@ class Reuse:
     def key(self, cfg: DlbenchConfig, entry: OperatorBenchmark, device: str) -> ReuseKey:
         settings = {k: v for k, v in asdict(cfg.measure).items() if k != "memory_fraction"}
         settings["keep_heap"] = int(cfg.keep_heap)  # another allocator behaviour is another measurement
+        settings["fp32_math"] = cfg.fp32_math  # float32 on TF32 tensor cores is another measurement
         command = " ".join([*entry.command, "|", *entry.param_descr])
         return ReuseKey(self.system_id, entry.name, command, device, cfg.dtype, cfg.threads, settings, __version__)
 

@@ -25,7 +25,7 @@ def test_relu_sweep_is_one_run_with_params_tags_metrics_and_artifacts(tmp_path: 
     tags = run.data.tags
     for key in ("cpu.model", "host.name", "python.version", "torch.version", "dlbench.version", "system.id"):
         assert tags.get(key), key
-    assert run.data.tags["mlflow.runName"] == f"relu-torch_relu-bs2-fp32-{short_host()}"
+    assert run.data.tags["mlflow.runName"] == f"relu-torch_relu-bs2-fp32fw-{short_host()}"
     client = MlflowClient(tracking_uri=store.uri)
     per_operation = {k for k in run.data.metrics if k.startswith("op/")}
     names = ("stem", "l1_64", "l1_256", "l2_512", "l3_1024", "l4_2048")

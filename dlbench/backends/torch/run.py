@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from dlbench.backends.timing import TimingSettings, clock_for, time_repeated
+from dlbench.backends.torch.fp32_math import apply_fp32_math
 from dlbench.backends.torch.kernels import DTYPES, KERNELS
 from dlbench.backends.torch.memory import free_memory, memory_problem, tensor_bytes
 from dlbench.backends.torch.params import UnsupportedRow
@@ -61,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     op_type, input_path = args[0], Path(args[1])
     descriptors = DESCRIPTORS[op_type]
     try:
-        run = from_environment(("threads", "dtype", "caches"))
+        run = from_environment(("threads", "dtype", "caches", "fp32_math"))
+        apply_fp32_math(str(run["fp32_math"]))
     except ValueError as err:
         print(err, file=sys.stderr)
         return 2
