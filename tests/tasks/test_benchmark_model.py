@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import onnx
@@ -54,7 +55,8 @@ def test_extract_prints_the_table_and_logs_one_run_with_the_database(tmp_path: P
     assert run.data.tags["dlbench.model"] == "mlp" and run.data.tags["dlbench.kind"] == "extraction"
     with tempfile.TemporaryDirectory() as tmp:
         path = MlflowClient(tracking_uri=store.uri).download_artifacts(run.info.run_id, "mlp_operations.csv", tmp)
-        assert read_operations(path) == deduplicate(extract_operations(model, 32).operations())
+        expected = deduplicate(extract_operations(model, 32).operations())
+        assert read_operations(path) == [replace(op, node=None) for op in expected]  # the CSV holds no ONNX node
     counts = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "node_counts.csv"))))
     assert {(r["op_type"], r["nodes"]) for r in counts} == {("Gemm", "3"), ("Relu", "2")}
 
