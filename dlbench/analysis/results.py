@@ -8,11 +8,15 @@ import hashlib
 import statistics
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
 from dlbench.core.values import STAT_COLUMNS, Operation, SweepResult
 from dlbench.tracking.naming import metric_key
+
+if TYPE_CHECKING:
+    from dlbench.core.interference import InterferenceReport
 
 #: Row statuses whose times count in totals and per-operation metrics: ``unstable`` rows hold a time that did
 #: not converge to ``measure.target_rel_ci`` (flagged, still the best estimate there is)
@@ -35,8 +39,10 @@ def operation_key(op: Operation) -> str:
 
 def results_frame(operations: Sequence[Operation], result: SweepResult, implementation: str = "") -> pd.DataFrame:
     """One row per operation: parameters, time statistics (missing ones NA), FLOPs, GFLOP/s, status
-    (``ok``, ``unstable``, ``unsupported``, ``failed``), error, and what else the machine did meanwhile."""
+    (``ok``, ``unstable``, ``unsupported``, ``failed``), error, and what else the machine did meanwhile
+    (NA for the operations ``result.extra["reused"]`` names: their times come from another run)."""
     rows = []
+    reused = set(result.extra.get("reused", ()))
     timed_passes = any(op.timed_passes for op in operations)
     keys: Counter[str] = Counter()
     for op in operations:
@@ -62,7 +68,8 @@ def results_frame(operations: Sequence[Operation], result: SweepResult, implemen
         row["status"] = m.status if m is not None else "failed"
         row["error"] = m.error if m is not None else "not measured"
         if result.interference is not None:
-            row.update(result.interference.operation_columns(op.id))
+            columns = result.interference.operation_columns(op.id)
+            row.update(dict.fromkeys(columns) if op.id in reused else columns)
         rows.append(row)
     frame = pd.DataFrame(rows)
     for column in TIME_COLUMNS:
@@ -128,6 +135,21 @@ def summary_metrics(frame: pd.DataFrame, batch_size: int | None = None) -> dict[
         metrics["gflops_per_s_median"] = float(statistics.median(rates))
         metrics["gflops_per_s_max"] = float(rates.max())
     return metrics
+
+
+def interference_record(reports: Sequence[tuple[str, InterferenceReport]]) -> tuple[dict[str, float], dict[str, str]]:
+    """The interference metrics and tags of a run whose operations several benchmark processes measured
+    (``(benchmark, report)`` pairs): ``dlbench.noisy`` is true when any of them ran on a busy machine, the
+    reason names which, and each ``interference.*`` figure is the worst (largest) of them."""
+    metrics: dict[str, float] = {}
+    for _, report in reports:
+        for key, value in report.run_metrics().items():
+            metrics[key] = max(value, metrics.get(key, value))
+    reasons = [f"{name}: {report.reason}" for name, report in reports if report.noisy]
+    tags = {"dlbench.noisy": str(bool(reasons)).lower()}
+    if reasons:
+        tags["dlbench.noisy_reason"] = "; ".join(reasons)[:5000]
+    return metrics, tags
 
 
 def operation_metrics(frame: pd.DataFrame, limit: int) -> tuple[dict[str, float], str]:
