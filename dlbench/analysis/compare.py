@@ -30,6 +30,8 @@ REQUIRED_METRICS = {
 #: Metrics of runs made before they were renamed: old name -> name now
 RENAMED_METRICS = {"network_total_ms": "total_time_ms", "total_ms": "distinct_operations_time_ms",
                    "mean_gflops_per_s": "gflops_per_s_mean", "max_gflops_per_s": "gflops_per_s_max"}  # fmt: skip
+#: Counts of operations without a time, in runs logged before ``operations_missing``
+PARTIAL_STATUSES = ("operations_failed", "operations_unsupported", "operations_missing")
 #: What makes two runs repeats of one configuration
 CONFIGURATION = ("kind", "benchmark", "implementation", "system", "batch_size", "dtype", "device", "threads")
 
@@ -77,12 +79,35 @@ def run_table(found: pd.DataFrame, kinds: Sequence[str] = (), benchmarks: Sequen
         if old in metrics.columns:
             metrics[new] = metrics[new].fillna(metrics[old]) if new in metrics.columns else metrics[old]
             metrics = metrics.drop(columns=old)
-    runs = pd.concat([runs.reset_index(drop=True), metrics.reset_index(drop=True)], axis=1)
+    runs = mark_partial_totals(pd.concat([runs.reset_index(drop=True), metrics.reset_index(drop=True)], axis=1))
     wanted = set(kinds or DEFAULT_KINDS)
     runs = runs[runs["kind"].isin(wanted)]
     if benchmarks:
         runs = runs[runs["benchmark"].isin(set(benchmarks))]
     return runs.reset_index(drop=True)
+
+
+def mark_partial_totals(runs: pd.DataFrame) -> pd.DataFrame:
+    """``totals_complete`` for every run, and no partial sum under a complete total's name: a run logged
+    before totals said whether they were complete (no ``totals_complete`` metric) with failed or unsupported
+    operations has its ``total_time_ms`` moved to ``partial_total_time_ms`` and its per-sample figures
+    cleared, as a run logged now has them."""
+    out = runs.copy()
+    holes = sum(
+        (pd.to_numeric(out[c], errors="coerce").fillna(0) for c in PARTIAL_STATUSES if c in out.columns),
+        pd.Series(0.0, index=out.index),
+    )
+    complete = pd.to_numeric(_column(out, "totals_complete"), errors="coerce").fillna((holes == 0).astype(float))
+    has_totals = _column(out, "total_time_ms").notna() | _column(out, "partial_total_time_ms").notna()
+    out["totals_complete"] = complete.where(has_totals | _column(out, "totals_complete").notna())
+    partial = out["totals_complete"] == 0
+    if "total_time_ms" in out.columns:
+        moved = out["total_time_ms"].where(partial)
+        out["partial_total_time_ms"] = _column(out, "partial_total_time_ms").fillna(moved)
+        for column in ("total_time_ms", "time_per_sample_ms", "distinct_operations_time_ms"):
+            if column in out.columns:
+                out[column] = out[column].mask(partial)
+    return out
 
 
 def mark_repeats(runs: pd.DataFrame) -> pd.DataFrame:
@@ -120,10 +145,18 @@ def check_metrics(runs: pd.DataFrame) -> list[dict[str, str]]:
         for metric in REQUIRED_METRICS.get(row.kind, ()):
             value = getattr(row, metric, None) if metric in runs.columns else None
             if value is None or (isinstance(value, float) and math.isnan(value)):
-                problems.append(
-                    {"run_id": row.run_id, "run_name": row.run_name, "problem": f"metric {metric} is missing"}
-                )
+                problems.append({"run_id": row.run_id, "run_name": row.run_name, "problem": _why_missing(row, metric)})
     return problems
+
+
+def _why_missing(row: Any, metric: str) -> str:
+    partial = getattr(row, "partial_total_time_ms", None)
+    if metric == "total_time_ms" and partial is not None and partial == partial:
+        return (
+            f"total_time_ms is NA: not every operation has a time (partial_total_time_ms {partial:.4g} ms, left "
+            "out of the totals compared and plotted)"
+        )
+    return f"metric {metric} is missing"
 
 
 def results_in_ms(results: pd.DataFrame, where: str) -> tuple[pd.DataFrame, list[str]]:
@@ -199,9 +232,18 @@ def by_batch_size(operations: pd.DataFrame) -> pd.DataFrame:
     return table.reset_index().sort_values(["benchmark", "series", "id"], kind="stable", ignore_index=True)
 
 
+def left_out_totals(runs: pd.DataFrame) -> dict[str, int]:
+    """Per benchmark: operator sweeps whose total is partial (operations without a time), which
+    :func:`run_totals` leaves out."""
+    sweeps = runs[runs["kind"] == "operator_sweep"]
+    partial = sweeps[_column(sweeps, "totals_complete") == 0]
+    return {str(k): int(v) for k, v in partial["benchmark"].value_counts().items()}
+
+
 def run_totals(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per operator sweep: benchmark, series, batch size, ``total_time_ms`` (sum of median x occurrences)
-    and ``time_per_sample_ms``."""
+    """Per operator sweep whose every operation has a time: benchmark, series, batch size,
+    ``total_time_ms`` (sum of median x occurrences) and ``time_per_sample_ms``. A partial total is never
+    among them (:func:`left_out_totals` counts those)."""
     columns = ["benchmark", "series", "batch_size", "total_time_ms", "time_per_sample_ms"]
     sweeps = runs[runs["kind"] == "operator_sweep"].copy()
     if sweeps.empty or "total_time_ms" not in sweeps.columns:

@@ -13,6 +13,7 @@ from dlbench.analysis.plots import plot_results
 from dlbench.analysis.results import (
     measured_rows,
     operation_metrics,
+    readable,
     results_frame,
     slowest_operations,
     summary_metrics,
@@ -108,8 +109,7 @@ def run_note(title: str, frame: pd.DataFrame, metrics: Mapping[str, float], batc
         "",
         f"- **System**: {system_line(hardware_tags())}",
         f"- **Operations**: {counts}",
-        f"- **Total time** (median x occurrences): {_number(metrics.get('total_time_ms'), ' ms')} at batch size "
-        f"{batch_size}, {_number(metrics.get('time_per_sample_ms'), ' ms')} per sample",
+        total_line(metrics, batch_size),
         f"- **GFLOP/s**: {_number(metrics.get('gflops_per_s_mean'))} (all FLOPs over all time), median "
         f"{_number(metrics.get('gflops_per_s_median'))}, best {_number(metrics.get('gflops_per_s_max'))}",
     ]
@@ -125,6 +125,21 @@ def run_note(title: str, frame: pd.DataFrame, metrics: Mapping[str, float], batc
             )
     lines += ["", "Every operation: `results.csv`; per operation also the metrics `op/<operation>/median_ms`."]
     return "\n".join(lines)
+
+
+def total_line(metrics: Mapping[str, float], batch_size: int) -> str:
+    """The run note's total: the workload's time, or NA with the partial sum where operations have no time."""
+    missing = int(metrics.get("operations_missing", 0))
+    if missing:
+        return (
+            f"- **Total time**: NA, {missing} operation(s) without a time; the measured ones sum to "
+            f"{_number(metrics.get('partial_total_time_ms'), ' ms')} (`partial_total_time_ms`) at batch size "
+            f"{batch_size}"
+        )
+    return (
+        f"- **Total time** (median x occurrences): {_number(metrics.get('total_time_ms'), ' ms')} at batch size "
+        f"{batch_size}, {_number(metrics.get('time_per_sample_ms'), ' ms')} per sample"
+    )
 
 
 def training_note(title: str, metrics: Mapping[str, float]) -> str:
@@ -169,7 +184,7 @@ def print_summary(frame, run_name: str, run_id: str, result: SweepResult | None 
     ]
     with pd.option_context("display.max_rows", 200, "display.width", 160):
         print(f"\n{run_name} (MLflow run {run_id})")
-        print(frame[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="NA"))
+        print(readable(frame[columns]).to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="NA"))
     for status, why in (
         ("unstable", "did not converge: the median's 95% interval stayed wider than measure.target_rel_ci"),
         ("unsupported", "cannot be posed by this implementation (see the error column)"),

@@ -12,7 +12,9 @@ import logging
 import os
 import shlex
 import shutil
-from dataclasses import asdict, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import pandas as pd
 
@@ -30,13 +32,15 @@ from dlbench.analysis.predict import (
     prediction_terms,
 )
 from dlbench.analysis.report import log_workload
+from dlbench.analysis.results import interference_record
 from dlbench.analysis.timeline import gpu_step, host_framework_ms, lane_breakdown
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.descriptors import DTYPE_BYTES, operation_cost
 from dlbench.core.device import resolve_device
-from dlbench.core.errors import TaskFailed
-from dlbench.core.values import Measurement, Operation
+from dlbench.core.errors import ConfigurationError, TaskFailed
+from dlbench.core.interference import InterferenceReport
+from dlbench.core.values import Measurement, Operation, SweepResult
 from dlbench.onnx import unfold
 from dlbench.onnx.errors import ExtractionError
 from dlbench.onnx.extract import extract_operations
@@ -83,7 +87,27 @@ def match_table(cfg: DlbenchConfig):
     return match.load_table()
 
 
-def measure_step(cfg: DlbenchConfig, ctx: AppContext, operations, device: str, run) -> tuple[dict, dict, object]:
+@dataclass
+class MachineRecord:
+    """What else the machine did while each benchmark of the evaluation measured: the reports, and per
+    operation whether its time was taken on a busy machine. The run's ``dlbench.noisy`` follows each report
+    (a run that fails later keeps it)."""
+
+    run: Any
+    reports: list[tuple[str, InterferenceReport]] = field(default_factory=list)
+    busy: dict[int, bool] = field(default_factory=dict)
+
+    def add(self, name: str, result: SweepResult, operations: Sequence[Operation]) -> None:
+        if result.interference is not None:
+            self.reports.append((name, result.interference))
+            for op in operations:
+                self.busy[op.id] = bool(result.interference.operation_columns(op.id)["machine_busy"])
+            self.run.set_tags(interference_record(self.reports)[1])
+
+
+def measure_step(
+    cfg: DlbenchConfig, ctx: AppContext, operations, device: str, run, machine: MachineRecord
+) -> tuple[dict, dict, object]:
     """Every operation some available benchmark of ``cfg.backend`` serves, measured; protocol files logged."""
     registry = load_registry(ctx.config_dirs)
     plan = plan_benchmarks(registry, operations, cfg.backend, device)
@@ -105,14 +129,15 @@ def measure_step(cfg: DlbenchConfig, ctx: AppContext, operations, device: str, r
         for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
             if path is not None and path.exists():
                 run.log_artifact(path, "protocol")
-        if result.interference is not None and result.interference.noisy:  # any noisy benchmark: a noisy run
-            run.set_tags({"dlbench.noisy": "true", "dlbench.noisy_reason": result.interference.reason})
+        machine.add(entry.name, result, ops)
         if result.interrupted:
             raise KeyboardInterrupt(f"{entry.name} was interrupted")
     return measurements, implementations, plan
 
 
-def measure_framework(cfg: DlbenchConfig, ctx: AppContext, registry: Registry, device: str, run) -> dict[str, float]:
+def measure_framework(
+    cfg: DlbenchConfig, ctx: AppContext, registry: Registry, device: str, run, machine: MachineRecord
+) -> dict[str, float]:
     """ms per one-element operator of PyTorch's plain dispatch, autograd recording and autograd engine (the
     FrameworkOverhead benchmark of the torch backend: training runs PyTorch whatever ``backend`` measures)."""
     entries = registry.serving(FRAMEWORK_OP_TYPE, "torch", device)
@@ -129,8 +154,7 @@ def measure_framework(cfg: DlbenchConfig, ctx: AppContext, registry: Registry, d
     for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
         if path is not None and path.exists():
             run.log_artifact(path, "protocol")
-    if result.interference is not None and result.interference.noisy:
-        run.set_tags({"dlbench.noisy": "true", "dlbench.noisy_reason": result.interference.reason})
+    machine.add(entries[0].name, result, operations)
     if result.interrupted:
         raise KeyboardInterrupt(f"{entries[0].name} was interrupted")
     return {
@@ -195,7 +219,7 @@ def evaluation_params(cfg: DlbenchConfig, entry, device: str, table, unfold_tabl
 def with_evaluation_caches(cfg: DlbenchConfig) -> DlbenchConfig:
     """The config the evaluation measures with: ``measure.caches`` is ``evaluate.caches`` (and logged so)."""
     if cfg.evaluate.caches == "cold" and cfg.backend != "torch":
-        raise TaskFailed(
+        raise ConfigurationError(
             f"backend={cfg.backend} times its kernels with hot caches only, and evaluate.caches=cold (the default) "
             "needs the embedded torch kernels: add evaluate.caches=hot, or use backend=torch"
         )
@@ -205,7 +229,7 @@ def with_evaluation_caches(cfg: DlbenchConfig) -> DlbenchConfig:
 def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     bench = cfg.benchmark
     if bench is None or bench.kind != "training":
-        raise TaskFailed("task=evaluate needs a training benchmark, e.g. +benchmark=resnet_cifar task=evaluate")
+        raise ConfigurationError("task=evaluate needs a training benchmark, e.g. +benchmark=resnet_cifar task=evaluate")
     cfg = with_evaluation_caches(cfg)
     registry = load_registry(ctx.config_dirs)
     entry, arguments = training_entry(cfg, registry)
@@ -254,7 +278,8 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         run.set_tags({"dlbench.model_sha256": extraction.sha256})
         log_workload(run, step.operations, f"{bench.name}-training-step", str(trained.model_path))
         run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations)})
-        measurements, implementations, plan = measure_step(cfg, ctx, step.operations, device, run)
+        machine = MachineRecord(run)
+        measurements, implementations, plan = measure_step(cfg, ctx, step.operations, device, run, machine)
 
         time_column = "self_device_us" if device == "cuda" else "self_cpu_us"
         profile = profile_per_step(trained.profile_dir, time_column)
@@ -265,7 +290,8 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         }
         matched = match_profile(profile, step.operations, step.passes, table, weights)
         frame = prediction_frame(step, measurements, implementations, matched.assigned_us)
-        framework_ms = measure_framework(cfg, ctx, registry, device, run)
+        framework_ms = measure_framework(cfg, ctx, registry, device, run, machine)
+        frame["machine_busy"] = frame["id"].map(machine.busy)
         if device == "cuda":  # the framework's cost is the host's: its issuing time, not the events' span
             framework_ms = host_framework_ms(ctx.output_dir / "protocol", framework_ms)
         bracket: dict[str, float] = {}
@@ -293,6 +319,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         metrics.update({"load_average_start": load_start, "load_average_end": os.getloadavg()[0]})
         metrics.update(drift.metrics())
         metrics.update(bracket)
+        metrics.update(interference_record(machine.reports)[0])
         notes = list(step.notes) + [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
         drift_note = drift.note()
         if drift_note:
