@@ -16,8 +16,8 @@ import sys
 from pathlib import Path
 
 PROFILE_DIR = "DLBENCH_PROFILE_DIR"
-#: environment variables only rank 0 keeps: the run it logs into and the progress file dlbench polls
-RANK_ZERO_ONLY = ("MLFLOW_RUN_ID", "DLBENCH_PROGRESS_FILE")
+#: environment variables only rank 0 keeps: the run it logs into, the progress file dlbench polls, the export
+RANK_ZERO_ONLY = ("MLFLOW_RUN_ID", "DLBENCH_PROGRESS_FILE", "DLBENCH_EXPORT_ONNX")
 
 
 def rank_and_world() -> tuple[int, int, int] | None:
@@ -101,8 +101,10 @@ def main() -> None:
     args.world_size = world
     model = make_mlp(28 * 28, args.hidden, args.layers, 10).to(device).to(getattr(torch, args.dtype))
     ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+    # reported with the arguments: dlbench's prediction cuts these into DDP's buckets
+    args.parameter_bytes = ",".join(str(p.numel() * p.element_size()) for p in model.parameters())
     data = synthetic_digits(args.data_batches, args.batch_size, device, args.seed + rank)  # each rank its shard
-    train(ddp, data, F.cross_entropy, args, f"mlp_ddp rank {rank}")
+    train(ddp, data, F.cross_entropy, args, f"mlp_ddp rank {rank}", network=model)
     dist.barrier()  # every rank's profile is written before rank 0's run ends
     dist.destroy_process_group()
 

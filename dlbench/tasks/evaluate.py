@@ -17,6 +17,7 @@ from dataclasses import asdict, replace
 import pandas as pd
 
 from dlbench.analysis import match
+from dlbench.analysis.data_parallel import predict_data_parallel
 from dlbench.analysis.evaluation import Evaluation, log_evaluation, print_evaluation
 from dlbench.analysis.match import match_profile, profile_per_step
 from dlbench.analysis.predict import (
@@ -271,8 +272,17 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         drift = Drift(reference_before, measure_reference(cfg, ctx, registry, device, "after"))
         layout = len(extraction.layout_nodes)
         terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, layout, framework_ms))
+        ran_with = effective_params(trained.facts)
+        data_parallel: dict[str, float] = {}
+        if "bucket_cap_mb" in ran_with:  # a DistributedDataParallel script: its gradient all-reduce too
+            world_size = int(ran_with.get("world_size", cfg.world_size))
+            terms, data_parallel = predict_data_parallel(
+                registry, device, run_settings(cfg, device), ctx.output_dir / "protocol", cfg.quiet, run,
+                ran_with, world_size, frame, terms, measured_ms,
+            )  # fmt: skip
         coverage = model_coverage(extraction, plan.served_types)
         metrics = prediction_metrics(frame, matched, measured_ms, profiled_ms, terms)
+        metrics.update(data_parallel)
         metrics.update(coverage.metrics())
         metrics.update({"load_average_start": load_start, "load_average_end": os.getloadavg()[0]})
         metrics.update(drift.metrics())
