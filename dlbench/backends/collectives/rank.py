@@ -23,7 +23,7 @@ from dlbench.core.collectives import bandwidths_gbs
 from dlbench.core.cores import physical_cores
 from dlbench.core.descriptors import DESCRIPTORS
 from dlbench.core.settings import from_environment
-from dlbench.core.values import TimeStats
+from dlbench.core.values import TimeStats, median_rel_ci
 from dlbench.operators.protocol import (
     SAMPLES_HEADER,
     output_header,
@@ -55,11 +55,31 @@ def _threads_per_rank(threads: int, local_ranks: int) -> int:
     return threads if threads > 0 else max(1, physical_cores() // max(local_ranks, 1))
 
 
+def _timed_calls(call: Callable[[], object], sync: Callable[[], None], control: object, count: int) -> list[float]:
+    samples = []
+    for _ in range(count):
+        dist.barrier(group=control)
+        start_ns = time.perf_counter_ns()
+        call()
+        sync()
+        samples.append((time.perf_counter_ns() - start_ns) / 1e6)
+    return samples
+
+
+def _agreed_max(values: list[float], control: object) -> list[float]:
+    """The largest of each value over the ranks: every rank then takes the same decision."""
+    tensor = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(tensor, op=dist.ReduceOp.MAX, group=control)
+    return [float(v) for v in tensor.tolist()]
+
+
 def time_row(
     call: Callable[[], object], sync: Callable[[], None], settings: TimingSettings, control: object
 ) -> list[float]:
-    """Milliseconds of each timed call on this rank. The repetition count is the same on every rank: from
-    the slowest rank's estimate of one call, ``min_time_s`` and the operation's budget."""
+    """Milliseconds of each timed call on this rank, as the embedded kernels time theirs: warm-up, at least
+    ``min_reps`` calls and ``min_time_s``, then more until every rank's median is known to ``target_rel_ci``
+    or ``max_time_s`` ends (``max_reps`` and the operation's budget cap it all). The ranks agree on every
+    count (from the slowest rank's figures), so each runs the same calls."""
     started = time.perf_counter()
     for _ in range(max(1, settings.warmup)):
         call()
@@ -68,21 +88,24 @@ def time_row(
     start = time.perf_counter()
     call()
     sync()
-    estimate = torch.tensor([time.perf_counter() - start], dtype=torch.float64)
-    dist.all_reduce(estimate, op=dist.ReduceOp.MAX, group=control)
-    per_call = max(float(estimate.item()), 1e-7)
+    per_call, spent = _agreed_max([time.perf_counter() - start, time.perf_counter() - started], control)
+    per_call = max(per_call, 1e-7)
     reps = min(max(settings.min_reps, math.ceil(settings.min_time_s / per_call)), settings.max_reps)
-    if settings.budget_s > 0:  # the budget counts on rank 0's clock; at least one timed call
-        spent = torch.tensor([time.perf_counter() - started], dtype=torch.float64)
-        dist.broadcast(spent, src=0, group=control)
-        reps = max(1, min(reps, int((settings.budget_s - float(spent.item())) / per_call)))
-    samples = []
-    for _ in range(reps):
-        dist.barrier(group=control)
-        start_ns = time.perf_counter_ns()
-        call()
-        sync()
-        samples.append((time.perf_counter_ns() - start_ns) / 1e6)
+    if settings.budget_s > 0:  # at least one timed call
+        reps = max(1, min(reps, int((settings.budget_s - spent) / per_call)))
+    timing_start = time.perf_counter()
+    samples = _timed_calls(call, sync, control, reps)
+    while len(samples) < settings.max_reps:
+        rel_ci = median_rel_ci(samples)
+        worst_ci, elapsed, total = _agreed_max(
+            [math.inf if rel_ci is None else rel_ci, time.perf_counter() - timing_start, time.perf_counter() - started],
+            control,
+        )
+        if worst_ci <= settings.target_rel_ci or elapsed >= settings.max_time_s:
+            break
+        if settings.budget_s > 0 and total >= settings.budget_s:
+            break
+        samples += _timed_calls(call, sync, control, min(max(1, len(samples) // 2), settings.max_reps - len(samples)))
     return samples
 
 
