@@ -45,7 +45,8 @@ def process_group_from_environment() -> tuple[int, int, int]:
     if "RANK" in env and "WORLD_SIZE" in env:
         return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", env["RANK"]))
     if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        env.setdefault("MASTER_ADDR", "127.0.0.1")
+        env.setdefault("MASTER_ADDR", "127.0.0.1")  # one node; several: export the first node's address
+        env.setdefault("MASTER_PORT", str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))  # same in every task
         return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", "0"))
     raise SystemExit("dlbench collectives --rank: set RANK and WORLD_SIZE (or run as a Slurm task)")
 
