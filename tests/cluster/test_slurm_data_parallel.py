@@ -59,3 +59,19 @@ def test_allreduce_sweep_and_ddp_training_run_as_slurm_jobs(
 
     rank1 = {Path(a.path).name for a in MlflowClient(store.uri).list_artifacts(ddp.info.run_id, "profile/rank1")}
     assert {"batch_2_ops.csv", "batch_3_ops.csv"} <= rank1
+
+
+def test_ddp_script_trains_as_the_tasks_of_one_slurm_job_step(slurm_cluster: LocalSlurm, tmp_path: Path) -> None:
+    profile = tmp_path / "profile"
+    env = {
+        **slurm_cluster.env, "PYTHONPATH": str(REPO), "DLBENCH_PROFILE_DIR": str(profile),
+        "DLBENCH_PROFILE_WARMUP": "1", "DLBENCH_PROFILE_BATCHES": "1",
+    }  # fmt: skip
+    done = subprocess.run(
+        ["srun", "--ntasks=2", "--cpus-per-task=1", f"--chdir={tmp_path}", sys.executable,
+         str(REPO / "TrainingBenchmarks" / "mlp_ddp.py"), "--steps=3", "--threads=1", "--hidden=64", "--quiet"],
+        env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "mlp_ddp rank 0: 3 steps" in done.stdout and "mlp_ddp rank 1: 3 steps" in done.stdout
+    assert (profile / "batch_1_ops.csv").is_file() and (profile / "rank1" / "batch_1_ops.csv").is_file()
