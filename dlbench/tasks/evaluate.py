@@ -278,7 +278,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             world_size = int(ran_with.get("world_size", cfg.world_size))
             terms, data_parallel = predict_data_parallel(
                 registry, device, run_settings(cfg, device), ctx.output_dir / "protocol", cfg.quiet, run,
-                ran_with, world_size, frame, terms, measured_ms,
+                ran_with, world_size, frame, terms,
             )  # fmt: skip
         coverage = model_coverage(extraction, plan.served_types)
         metrics = prediction_metrics(frame, matched, measured_ms, profiled_ms, terms)
