@@ -282,6 +282,9 @@ class DlbenchConfig:
     timeout: float = 600.0
     steps: int = 30
     lr: float = 0.05
+    #: ranks of the collective benchmarks and the data-parallel training benchmark, started on this machine
+    #: (or as a Slurm job's tasks); 1: a single process, as every other benchmark measures
+    world_size: int = 1
     #: task=extract / benchmark_model: an ONNX file, or a list of them (``model=[a.onnx,b.onnx]``)
     model: Any = ""
     #: symbolic input dimensions besides the batch, e.g. ``dims.seq=128`` (the batch is ``batch_size``)
@@ -337,6 +340,8 @@ class DlbenchConfig:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0 (0: all physical cores), got {self.threads}")
+        if self.world_size < 1:
+            raise ValueError(f"world_size must be >= 1 (ranks of a process group), got {self.world_size}")
         if self.timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {self.timeout}")
         models = self.model if isinstance(self.model, list | tuple) else [self.model]

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from dlbench.core.collectives import bandwidths_gbs, is_collective
 from dlbench.core.values import STAT_COLUMNS, Operation, SweepResult
 from dlbench.tracking.naming import metric_key
 
@@ -65,6 +66,8 @@ def results_frame(operations: Sequence[Operation], result: SweepResult, implemen
         median = stats["median_ms"]
         row["gflops_per_s"] = op.flops / (median * 1e6) if op.flops and median else None
         row["gbytes_per_s"] = op.bytes_moved / (median * 1e6) if op.bytes_moved and median else None
+        if is_collective(op.op_type):  # nccl-tests' algorithm and bus bandwidth
+            row["algbw_gbs"], row["busbw_gbs"] = bandwidths_gbs(op.op_type, dict(op.params), median or 0.0)
         row["status"] = m.status if m is not None else "failed"
         row["error"] = m.error if m is not None else "not measured"
         if result.interference is not None:
@@ -134,6 +137,10 @@ def summary_metrics(frame: pd.DataFrame, batch_size: int | None = None) -> dict[
     if len(rates):
         metrics["gflops_per_s_median"] = float(statistics.median(rates))
         metrics["gflops_per_s_max"] = float(rates.max())
+    if "busbw_gbs" in measured:  # collectives: the best bus bandwidth of the sweep (nccl-tests' headline)
+        busbw = pd.to_numeric(measured["busbw_gbs"], errors="coerce").dropna()
+        if len(busbw):
+            metrics["busbw_gbs_max"] = float(busbw.max())
     return metrics
 
 
@@ -163,6 +170,9 @@ def operation_metrics(frame: pd.DataFrame, limit: int) -> tuple[dict[str, float]
         metrics[metric_key("op", str(row.key), "median_ms")] = float(row.median_ms)
         if row.gflops_per_s == row.gflops_per_s and row.gflops_per_s is not None:
             metrics[metric_key("op", str(row.key), "gflops_per_s")] = float(row.gflops_per_s)
+        busbw = getattr(row, "busbw_gbs", None)
+        if busbw is not None and busbw == busbw:
+            metrics[metric_key("op", str(row.key), "busbw_gbs")] = float(busbw)
     if len(chosen) == len(measured):
         note = f"all {len(measured)} measured operations"
     else:

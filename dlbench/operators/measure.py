@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from dlbench.config import DlbenchConfig
+from dlbench.core.collectives import is_collective
 from dlbench.core.errors import RunInterrupted, TaskFailed
 from dlbench.core.progress import progress
 from dlbench.core.values import Operation, SweepResult
@@ -33,6 +34,7 @@ def sweep_params(cfg: DlbenchConfig, entry: OperatorBenchmark, benchmark_name: s
         **{f"measure.{k}": v for k, v in asdict(cfg.measure).items()},
         "command": " ".join(entry.command),
         **({"passes": "+".join(entry.passes)} if entry.passes else {}),
+        **({"world_size": cfg.world_size} if cfg.benchmark and is_collective(cfg.benchmark.op_type) else {}),
     }
 
 

@@ -19,6 +19,7 @@ from typing import Any
 import pandas as pd
 
 from dlbench.analysis import match
+from dlbench.analysis.data_parallel import predict_data_parallel
 from dlbench.analysis.evaluation import Evaluation, log_evaluation, print_evaluation
 from dlbench.analysis.match import match_profile, profile_per_step
 from dlbench.analysis.predict import (
@@ -304,6 +305,14 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         drift = Drift(reference_before, measure_reference(cfg, ctx, registry, device, "after"))
         layout = len(extraction.layout_nodes)
         terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, layout, framework_ms))
+        ran_with = effective_params(trained.facts)
+        data_parallel: dict[str, float] = {}
+        if "bucket_cap_mb" in ran_with:  # a DistributedDataParallel script: its gradient all-reduce too
+            world_size = int(ran_with.get("world_size", cfg.world_size))
+            terms, data_parallel = predict_data_parallel(
+                registry, device, run_settings(cfg, device), ctx.output_dir / "protocol", cfg.quiet, run,
+                ran_with, world_size, frame, terms,
+            )  # fmt: skip
         coverage = model_coverage(extraction, plan.served_types)
         timeline = None
         if device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
@@ -315,6 +324,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             metrics.update({"predicted_host_ms": timeline.host_end_us / 1e3,
                             "predicted_device_busy_ms": timeline.device_busy_us / 1e3})  # fmt: skip
             metrics.update(traced_lanes(trained.profile_dir))
+        metrics.update(data_parallel)
         metrics.update(coverage.metrics())
         metrics.update({"load_average_start": load_start, "load_average_end": os.getloadavg()[0]})
         metrics.update(drift.metrics())
