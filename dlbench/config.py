@@ -38,9 +38,12 @@ class MeasureConfig:
     op_budget_s: float = float(default("op_budget_s"))
     memory_fraction: float = float(default("memory_fraction"))
     caches: str = str(default("caches"))
+    rounds: int = int(default("rounds"))
 
     def __post_init__(self) -> None:
         check_cache_state("measure.caches", self.caches)
+        if self.rounds < 1:
+            raise ValueError(f"measure.rounds must be >= 1 (1: each operation in one block), got {self.rounds}")
         if self.warmup < 0:
             raise ValueError(f"measure.warmup must be >= 0, got {self.warmup}")
         if self.min_reps < 1:

@@ -70,7 +70,17 @@ RUN_SETTINGS: tuple[Setting, ...] = (
 )
 
 EXECUTABLE_SETTINGS: tuple[Setting, ...] = MEASURE_SETTINGS + RUN_SETTINGS
-_BY_KEY = {s.key: s for s in EXECUTABLE_SETTINGS}
+
+#: ``measure.<key>`` in the config that dlbench's runner uses itself; never handed to an executable.
+RUNNER_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "rounds", "DLBENCH_ROUNDS", int, 4,
+        "measure the operations in this many rounds, each giving every operation its share of the repetitions "
+        "(min_reps, max_reps, min_time_s, max_time_s, op_budget_s divided) in a new shuffled order, so a slow "
+        "spell of the machine spreads over all of them; 1: each operation in one block",
+    ),
+)  # fmt: skip
+_BY_KEY = {s.key: s for s in EXECUTABLE_SETTINGS + RUNNER_SETTINGS}
 
 
 def default(key: str) -> int | float | str:

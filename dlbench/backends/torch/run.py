@@ -130,6 +130,6 @@ def main(argv: list[str] | None = None) -> int:
                 )
             samples_out.write(samples_rows(op_id, timing.samples_ms))
             samples_out.flush()  # before the row, so a row that is read always has its samples
-            out.write(output_row(op_id, s))
+            out.write(output_row(op_id, s, cpu_efficiency=timing.cpu_efficiency))
             out.flush()
     return 1 if failed and failed == len(rows) else 0
