@@ -18,7 +18,7 @@ from dlbench.tracking.naming import metric_key
 #: not converge to ``measure.target_rel_ci`` (flagged, still the best estimate there is)
 MEASURED_STATUSES = ("ok", "unstable")
 #: Row statuses every run reports a count of (``operations_<status>``), present or not
-COUNTED_STATUSES = ("ok", "unstable", "unsupported", "failed")
+COUNTED_STATUSES = ("ok", "unstable", "contended", "unsupported", "failed")
 
 
 def operation_key(op: Operation) -> str:
@@ -57,6 +57,8 @@ def results_frame(operations: Sequence[Operation], result: SweepResult, implemen
         median = stats["median_ms"]
         row["gflops_per_s"] = op.flops / (median * 1e6) if op.flops and median else None
         row["gbytes_per_s"] = op.bytes_moved / (median * 1e6) if op.bytes_moved and median else None
+        #: CPU time over (wall x threads that took part) while timed; below 0.85 the status is contended
+        row["cpu_efficiency"] = m.cpu_efficiency if m is not None else None
         row["status"] = m.status if m is not None else "failed"
         row["error"] = m.error if m is not None else "not measured"
         if result.interference is not None:

@@ -98,13 +98,15 @@ def cpu_efficiency(before: CpuReading, after: CpuReading) -> float | None:
         return None
     used = [max(s - before.threads.get(key, 0.0), 0.0) for key, s in after.threads.items()]
     waited = max(after.waited_children_s - before.waited_children_s, 0.0)
-    taking_part = sum(1 for s in used if s >= PARTICIPATION * wall)
+    # threads below the share (a sampler, a watchdog) are neither the kernel's time nor its threads
+    working = [s for s in used if s >= PARTICIPATION * wall]
+    taking_part = len(working)
     if waited >= PARTICIPATION * wall:
+        working.append(waited)
         taking_part += max(math.ceil(waited / wall - 1e-9), 1)
-    cpu = sum(used) + waited
     if taking_part == 0:
-        return cpu / wall if cpu > 0 else None
-    return cpu / (wall * taking_part)
+        return sum(used) / wall if sum(used) + waited > 0 else None
+    return sum(working) / (wall * taking_part)
 
 
 def contended(efficiency: float | None, device: str = "cpu") -> bool:

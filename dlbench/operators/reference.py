@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dlbench.core.values import Measurement, Operation
+from dlbench.operators.registry import OperatorBenchmark, Registry
 
 #: |drift| above which an evaluation says its error includes the machine's change of speed
 DRIFT_LIMIT_PCT = 10.0
@@ -51,6 +52,17 @@ REFERENCE_OPERATIONS = (
         flops=2.0 * 64 * 56 * 56 * 64 * 9,
     ),
 )
+
+
+def reference_benchmarks(registry: Registry, device: str) -> list[tuple[OperatorBenchmark, Operation]]:
+    """Each reference operation with PyTorch's benchmark of it on ``device``; those without one available here
+    are left out."""
+    chosen = []
+    for op in REFERENCE_OPERATIONS:
+        entries = registry.serving(op.op_type, "torch", device)
+        if entries and not entries[0].unavailable_reason:
+            chosen.append((entries[0], op))
+    return chosen
 
 
 def reference_medians(measurements: Mapping[int, Measurement]) -> dict[str, float]:
