@@ -176,6 +176,7 @@ def time_repeated(
     clock.synchronize()
     own = [os.getpid()] if available() else []
     cpu_before = read_cpu(own) if own else None
+    process_cpu = time.process_time()
     samples: list[float] = []
     timed_total_ms = 0.0
     budget_spent = False
@@ -204,7 +205,9 @@ def time_repeated(
         if now - repeating_since >= settings.max_time_s:
             break
     samples.extend(clock.flush())
-    efficiency = cpu_efficiency(cpu_before, read_cpu(own)) if cpu_before is not None else None
+    efficiency = None
+    if cpu_before is not None:  # this process's CPU time is exact; the threads' readings say which took part
+        efficiency = cpu_efficiency(cpu_before, read_cpu(own), time.process_time() - process_cpu, min_wall_s=0.01)
     launch = getattr(clock, "launch_ms", None)
     return Timing(
         TimeStats.from_samples(samples, settings.target_rel_ci),

@@ -31,6 +31,8 @@ from dataclasses import dataclass, field
 CONTENDED_BELOW = 0.85
 #: a thread takes part in an operation when it ran for this share of the wall time at least
 PARTICIPATION = 0.1
+#: shorter stretches are not judged: the CPU time of a thread that is running is known to a scheduler tick
+MIN_WALL_S = 0.04
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -70,7 +72,7 @@ def _waited_children_s(pid: int) -> float:
 
 def read_cpu(pids: Iterable[int]) -> CpuReading:
     """The CPU time of every thread of ``pids`` now (processes that are gone are left out)."""
-    at = time.perf_counter()
+    started = time.perf_counter()
     threads: dict[tuple[int, int], float] = {}
     waited = 0.0
     for pid in pids:
@@ -83,7 +85,7 @@ def read_cpu(pids: Iterable[int]) -> CpuReading:
             if seconds is not None:
                 threads[(pid, tid)] = seconds
         waited += _waited_children_s(pid)
-    return CpuReading(at, threads, waited)
+    return CpuReading((started + time.perf_counter()) / 2, threads, waited)  # the reading takes time itself
 
 
 def available() -> bool:
@@ -91,11 +93,16 @@ def available() -> bool:
     return os.path.isdir(f"/proc/{os.getpid()}/task")
 
 
-def cpu_efficiency(before: CpuReading, after: CpuReading) -> float | None:
-    """CPU seconds over (wall seconds x threads that took part) between two readings; None when nothing ran."""
+def cpu_efficiency(
+    before: CpuReading, after: CpuReading, process_cpu_s: float | None = None, min_wall_s: float = MIN_WALL_S
+) -> float | None:
+    """CPU seconds over (wall seconds x threads that took part) between two readings, at most 1; None when
+    nothing ran, a process ended in between, or the stretch is too short to judge. ``process_cpu_s``: the
+    exact CPU time of this process meanwhile (``time.process_time``), where the readings are of this process:
+    a running thread's schedstat lags by up to one scheduler tick (4 ms), 16% of a 25 ms stretch."""
     wall = after.at - before.at
-    if wall <= 0:
-        return None
+    if wall < max(min_wall_s, 1e-9) or {pid for pid, _ in before.threads} - {pid for pid, _ in after.threads}:
+        return None  # too short, or a process ended in between, taking its threads' CPU time with it
     used = [max(s - before.threads.get(key, 0.0), 0.0) for key, s in after.threads.items()]
     waited = max(after.waited_children_s - before.waited_children_s, 0.0)
     # threads below the share (a sampler, a watchdog) are neither the kernel's time nor its threads
@@ -105,8 +112,9 @@ def cpu_efficiency(before: CpuReading, after: CpuReading) -> float | None:
         working.append(waited)
         taking_part += max(math.ceil(waited / wall - 1e-9), 1)
     if taking_part == 0:
-        return sum(used) / wall if sum(used) + waited > 0 else None
-    return sum(working) / (wall * taking_part)
+        return min(sum(used) / wall, 1.0) if sum(used) + waited > 0 else None
+    cpu = process_cpu_s if process_cpu_s is not None else sum(working)
+    return min(cpu / (wall * taking_part), 1.0)
 
 
 def contended(efficiency: float | None, device: str = "cpu") -> bool:
@@ -128,10 +136,11 @@ class RowCpuWatch:
     """While an executable writes its output, reads its process tree's CPU time each time rows appear, so
     each row gets the cpu efficiency of the stretch in which it was measured.
 
-    The first row of an invocation is not judged: its stretch holds the program's start (imports, a
-    library's set-up), which runs on one thread whatever the kernel does; nor are rows that appear after
-    the last tick, when the program may have ended. Rows that appear together share their stretch's
-    figure. With interleaved rounds a different operation comes first and last in each round."""
+    A stretch begins when the output last changed, so a program that writes its header before measuring
+    (as the protocol's programs do) has every row judged; rows in the first change seen are not (their
+    stretch holds the program's start: imports, a library's set-up, on one thread whatever the kernel
+    does), nor are rows whose process ended before they were read. Rows that appear together share their
+    stretch's figure."""
 
     def __init__(
         self,
@@ -150,6 +159,8 @@ class RowCpuWatch:
         self._thread: threading.Thread | None = None
         self._size = -1
         self._last: CpuReading | None = None
+        #: the output has been seen change once (its header, or rows): later stretches hold no start-up
+        self._started = False
 
     def _tick(self) -> None:
         size = self.output_size()
@@ -157,14 +168,11 @@ class RowCpuWatch:
             return
         self._size = size
         new = [i for i in self.rows_done() if i not in self.efficiency]
-        if not new:
-            return
         reading = read_cpu(self.pids())
-        first = not self.efficiency
-        value = None if first or self._last is None else cpu_efficiency(self._last, reading)
+        judged = self._started and self._last is not None
         for op_id in new:
-            self.efficiency[op_id] = value
-        self._last = reading
+            self.efficiency[op_id] = cpu_efficiency(self._last, reading) if judged else None  # type: ignore[arg-type]
+        self._last, self._started = reading, True
 
     def _loop(self) -> None:
         while not self._stop.wait(self.interval_s):

@@ -112,11 +112,16 @@ def combine_rounds(
 def measured_again(first: Measurement, again: RoundResult | None, device: str) -> Measurement:
     """A contended operation after its measurement at the sweep's end: that one when its threads worked,
     else the first, still contended."""
-    if again is not None and not contended(again.cpu_efficiency, device):
+    if again is not None and again.cpu_efficiency is not None and not contended(again.cpu_efficiency, device):
         note = "measured again at the sweep's end: its threads waited for cores in every round"
         return Measurement(first.operation_id, again.stats.with_note(note), cpu_efficiency=again.cpu_efficiency)
     assert first.stats is not None
-    note = "measured again at the sweep's end, still contended" if again is not None else "not measured again"
+    if again is None:
+        note = "not measured again"
+    elif again.cpu_efficiency is None:
+        note = "measured again at the sweep's end, where its cpu efficiency could not be read"
+    else:
+        note = f"measured again at the sweep's end, still contended (cpu efficiency {again.cpu_efficiency:.2f})"
     return Measurement(
         first.operation_id, first.stats.with_note(note), cpu_efficiency=first.cpu_efficiency, contended=True
     )
@@ -152,7 +157,7 @@ def probe_report(probe_ms: Mapping[str, Sequence[float]], measurements: Mapping[
 def used_rounds(results: Sequence[RoundResult], again: RoundResult | None, device: str) -> list[RoundResult]:
     """The rounds an operation's measurement is made of (as :func:`combine_rounds` and
     :func:`measured_again` choose them)."""
-    if again is not None and not contended(again.cpu_efficiency, device):
+    if again is not None and again.cpu_efficiency is not None and not contended(again.cpu_efficiency, device):
         return [again]
     kept = [r for r in results if not contended(r.cpu_efficiency, device)]
     return kept or list(results)
