@@ -27,8 +27,11 @@ import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
+from dlbench.core.settings import default
+
 #: below this cpu_efficiency the operation's threads waited for cores held by other work: status contended
-CONTENDED_BELOW = 0.85
+#: (``measure.contended_below``, in the settings table)
+CONTENDED_BELOW = float(default("contended_below"))
 #: a thread takes part in an operation when it ran for this share of the wall time at least
 PARTICIPATION = 0.1
 #: shorter stretches are not judged: the CPU time of a thread that is running is known to a scheduler tick
@@ -117,9 +120,14 @@ def cpu_efficiency(
     return min(cpu / (wall * taking_part), 1.0)
 
 
-def contended(efficiency: float | None, device: str = "cpu") -> bool:
-    """Whether an operation timed with this efficiency waited for cores (never judged on a GPU)."""
-    return device == "cpu" and efficiency is not None and efficiency < CONTENDED_BELOW
+def contended(efficiency: float | None, limit: float = CONTENDED_BELOW) -> bool:
+    """Whether an operation timed with this efficiency waited for cores (``limit`` 0: never)."""
+    return efficiency is not None and efficiency < limit
+
+
+def contention_limit(device: str, limit: float = CONTENDED_BELOW) -> float:
+    """The limit that applies on ``device``: none on a GPU, where the host thread waits for it by design."""
+    return limit if device == "cpu" else 0.0
 
 
 def children_pids() -> list[int]:

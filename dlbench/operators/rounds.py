@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dlbench.core.contention import CONTENDED_BELOW, contended
+from dlbench.core.contention import contended
 from dlbench.core.values import Measurement, TimeStats
 from dlbench.operators.protocol import SAMPLES_HEADER, output_header, output_row, samples_rows, write_input
 from dlbench.operators.reference import Drift
@@ -89,18 +89,18 @@ def combine_rounds(
     rounds: int,
     target_rel_ci: float,
     asked_reps: int | None,
-    device: str,
+    limit: float,
 ) -> Measurement:
     """The measurement of the rounds whose threads did not wait for cores; ``contended`` (of all rounds)
     when every round did."""
-    kept = [r for r in results if not contended(r.cpu_efficiency, device)]
+    kept = [r for r in results if not contended(r.cpu_efficiency, limit)]
     used = kept or list(results)
     stats = combine_stats(used, target_rel_ci, asked_reps)
     set_aside = len(results) - len(kept)
     if kept and set_aside:
         stats = stats.with_note(
             f"{set_aside} of {len(results)} rounds set aside: its threads waited for cores "
-            f"(cpu efficiency below {CONTENDED_BELOW})"
+            f"(cpu efficiency below {limit:g})"
         )
     if len(results) < rounds:
         stats = stats.with_note(f"measured in {len(results)} of {rounds} rounds")
@@ -109,10 +109,10 @@ def combine_rounds(
     return Measurement(op_id, stats, cpu_efficiency=efficiency, contended=not kept)
 
 
-def measured_again(first: Measurement, again: RoundResult | None, device: str) -> Measurement:
+def measured_again(first: Measurement, again: RoundResult | None, limit: float) -> Measurement:
     """A contended operation after its measurement at the sweep's end: that one when its threads worked,
     else the first, still contended."""
-    if again is not None and again.cpu_efficiency is not None and not contended(again.cpu_efficiency, device):
+    if again is not None and again.cpu_efficiency is not None and not contended(again.cpu_efficiency, limit):
         note = "measured again at the sweep's end: its threads waited for cores in every round"
         return Measurement(first.operation_id, again.stats.with_note(note), cpu_efficiency=again.cpu_efficiency)
     assert first.stats is not None
@@ -154,12 +154,12 @@ def probe_report(probe_ms: Mapping[str, Sequence[float]], measurements: Mapping[
     return report
 
 
-def used_rounds(results: Sequence[RoundResult], again: RoundResult | None, device: str) -> list[RoundResult]:
+def used_rounds(results: Sequence[RoundResult], again: RoundResult | None, limit: float) -> list[RoundResult]:
     """The rounds an operation's measurement is made of (as :func:`combine_rounds` and
     :func:`measured_again` choose them)."""
-    if again is not None and again.cpu_efficiency is not None and not contended(again.cpu_efficiency, device):
+    if again is not None and again.cpu_efficiency is not None and not contended(again.cpu_efficiency, limit):
         return [again]
-    kept = [r for r in results if not contended(r.cpu_efficiency, device)]
+    kept = [r for r in results if not contended(r.cpu_efficiency, limit)]
     return kept or list(results)
 
 
@@ -169,7 +169,7 @@ def write_combined(
     results: Mapping[int, Sequence[RoundResult]],
     again: Mapping[int, RoundResult],
     measurements: Mapping[int, Measurement],
-    device: str,
+    limit: float,
     stderr: str,
     seed: int,
 ) -> None:
@@ -189,7 +189,7 @@ def write_combined(
         table.write(f"# interleaving seed {seed}\nid,round,position,median_ms,reps,cpu_efficiency,kept\n")
         for op_id, _ in rows:
             found = results.get(op_id, ())
-            used = used_rounds(found, again.get(op_id), device) if found else []
+            used = used_rounds(found, again.get(op_id), limit) if found else []
             m = measurements[op_id]
             if m.stats is not None and m.error == "":
                 out.write(output_row(op_id, m.stats, cpu_efficiency=m.cpu_efficiency))

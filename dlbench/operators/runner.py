@@ -12,6 +12,7 @@ from pathlib import Path
 
 from dlbench.config import DlbenchConfig
 from dlbench.core.allocator import allocator_environment
+from dlbench.core.contention import contention_limit
 from dlbench.core.cores import resolve_threads
 from dlbench.core.interference import InterferenceWatch
 from dlbench.core.process import STDERR_KEEP_BYTES
@@ -53,6 +54,8 @@ class RunSettings:
     #: interleaved rounds (:mod:`dlbench.operators.rounds`). A sweep's config asks for ``measure.rounds``
     #: (default 4); called directly, the runner measures each operation in one block unless asked
     rounds: int = 1
+    #: cpu efficiency below which an operation is contended (:mod:`dlbench.core.contention`); 0: never
+    contended_below: float = float(default("contended_below"))
 
     def environment(self) -> dict[str, str]:
         """The ``DLBENCH_*`` variables of :mod:`dlbench.core.settings` (and OpenMP's thread count)."""
@@ -128,6 +131,7 @@ def measure_operations(
     if not rows:
         return SweepResult(measurements, run_error="no operation could be aligned to param_descr"), files
     rounds = settings.rounds if len(rows) > 1 else 1  # one operation: nothing to interleave
+    limit = contention_limit(settings.device, settings.contended_below)
     base = files.input_csv.stem
     for old in [*workdir.glob(f"{base}_round*"), *workdir.glob(f"{base}_again*"), *workdir.glob(f"{base}_probe*")]:
         old.unlink(missing_ok=True)
@@ -175,7 +179,7 @@ def measure_operations(
 
     def combined() -> dict[int, Measurement]:
         return {
-            op_id: combine_rounds(op_id, found, rounds, settings.target_rel_ci, settings.min_reps, settings.device)
+            op_id: combine_rounds(op_id, found, rounds, settings.target_rel_ci, settings.min_reps, limit)
             for op_id, found in results.items()
         }
 
@@ -219,7 +223,7 @@ def measure_operations(
                 stopped.append(type(err).__name__)
     for op_id, m in combined().items():
         if op_id in again or m.contended:
-            m = measured_again(m, again.get(op_id), settings.device)
+            m = measured_again(m, again.get(op_id), limit)
         if op_id in failures and m.stats is not None:
             m = replace(m, stats=m.stats.with_note(f"failed in a round: {failures[op_id]}"))
         measurements[op_id] = m
@@ -237,7 +241,7 @@ def measure_operations(
         dropped = len(stderr) - STDERR_KEEP_BYTES
         stderr = f"[... {dropped} earlier characters dropped ...]\n{stderr[-STDERR_KEEP_BYTES:]}"
     if rounds > 1:
-        write_combined(files, rows, results, again, measurements, settings.device, stderr, seed)
+        write_combined(files, rows, results, again, measurements, limit, stderr, seed)
     ordered = {op.id: measurements[op.id] for op in operations}
     extra = {"seconds": seconds, "rounds": rounds, **({"interrupt": stopped[0]} if interrupted else {})}
     extra.update(probe_report(probe_ms, ordered))
@@ -264,4 +268,5 @@ def run_settings(cfg: DlbenchConfig, device: str) -> RunSettings:
         caches=m.caches,
         keep_heap=cfg.keep_heap,
         rounds=m.rounds,
+        contended_below=m.contended_below,
     )

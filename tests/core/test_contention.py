@@ -12,6 +12,7 @@ from dlbench.core.contention import (
     CpuReading,
     available,
     contended,
+    contention_limit,
     cpu_efficiency,
     read_cpu,
 )
@@ -37,7 +38,7 @@ def test_threads_that_wait_for_a_descheduled_sibling_are_contended() -> None:
     # two threads of a parallel kernel, each running 40% of the time: what three CPU burners on two cores left
     value = cpu_efficiency(reading(0.0, t1=0.0, t2=0.0), reading(1.0, t1=0.4, t2=0.4))
     assert value == pytest.approx(0.4) and contended(value)
-    assert not contended(value, device="cuda"), "a host thread waiting for the GPU is not contention"
+    assert not contended(value, contention_limit("cuda")), "a host thread waiting for the GPU is not contention"
 
 
 def test_a_process_that_ended_between_two_readings_is_not_judged() -> None:

@@ -307,9 +307,8 @@ with open(out, "w") as f:
     write_program(conf, "a_crashing_relu", crash, backend="faulty")
     write_program(conf, "b_steady_relu", WRITE_ALL, backend="faulty")
     result = run_dlbench(
-        "+benchmark=relu", "backend=faulty", "batch_size=1", *FAST, "measure.rounds=1",  # one invocation: row 1 kept
-        "--config-dir", str(conf), cwd=tmp_path, store=store,
-    )  # fmt: skip
+        "+benchmark=relu", "backend=faulty", "batch_size=1", *FAST, "--config-dir", str(conf), cwd=tmp_path, store=store
+    )
     assert result.returncode != 0
     assert "a_crashing_relu" in result.stderr and "was killed by SIGSEGV" in result.stderr
     runs = {r.data.params["implementation"]: r for r in mlflow_runs(store)}

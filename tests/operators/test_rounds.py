@@ -118,16 +118,17 @@ def test_a_round_whose_threads_waited_is_set_aside_and_the_others_kept() -> None
         return RoundResult(index, 0, TimeStats(ms, reps=3), (ms, ms, ms), efficiency)
 
     rounds = [round_of(0, 1.0, 0.97), round_of(1, 30.0, 0.41), round_of(2, 1.2, 0.99)]
-    m = combine_rounds(7, rounds, 3, target_rel_ci=0.02, asked_reps=6, device="cpu")
+    m = combine_rounds(7, rounds, 3, target_rel_ci=0.02, asked_reps=6, limit=0.85)
     assert m.status != "contended" and m.stats is not None
     assert m.stats.reps == 6 and m.stats.median_ms == pytest.approx(1.1)
     assert "1 of 3 rounds set aside" in m.stats.note and m.cpu_efficiency == pytest.approx(0.98)
-    every = combine_rounds(7, [round_of(0, 30.0, 0.4), round_of(1, 31.0, 0.5)], 2, 0.02, 6, "cpu")
+    every = combine_rounds(7, [round_of(0, 30.0, 0.4), round_of(1, 31.0, 0.5)], 2, 0.02, 6, limit=0.85)
     assert every.contended and every.status == "contended"
-    recovered = measured_again(every, round_of(2, 1.0, 0.95), "cpu")
+    recovered = measured_again(every, round_of(2, 1.0, 0.95), limit=0.85)
     assert recovered.status in ("ok", "unstable") and recovered.stats.median_ms == 1.0
-    unread = measured_again(every, RoundResult(2, 0, TimeStats(1.0), (), None), "cpu")
+    unread = measured_again(every, RoundResult(2, 0, TimeStats(1.0), (), None), limit=0.85)
     assert unread.status == "contended", "a re-measurement whose threads cannot be read does not clear it"
+    assert not combine_rounds(7, [round_of(0, 30.0, 0.4)], 1, 0.02, 6, limit=0.0).contended, "limit 0: never"
 
 
 def test_the_probe_says_when_the_machine_moved_more_than_the_operations_spread() -> None:

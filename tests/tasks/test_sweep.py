@@ -14,7 +14,8 @@ from dlbench.tracking.naming import short_host
 
 
 def test_relu_sweep_is_one_run_with_params_tags_metrics_and_artifacts(tmp_path: Path, store: Store) -> None:
-    result = run_dlbench("+benchmark=relu", "batch_size=2", *FAST, cwd=tmp_path, store=store)
+    in_rounds = [a for a in FAST if not a.startswith("measure.rounds=")]  # the default: 4 interleaved rounds
+    result = run_dlbench("+benchmark=relu", "batch_size=2", *in_rounds, cwd=tmp_path, store=store)
     assert result.returncode == 0, result.stderr
     (run,) = mlflow_runs(store)
     assert run.info.status == "FINISHED"
@@ -42,7 +43,12 @@ def test_relu_sweep_is_one_run_with_params_tags_metrics_and_artifacts(tmp_path: 
         "protocol/torch_relu_relu_out.csv",
         "protocol/torch_relu_relu_samples.csv",
         "protocol/torch_relu_relu_stderr.txt",
+        "protocol/torch_relu_relu_rounds.csv",  # measured in measure.rounds interleaved rounds
     }
+    assert params["measure.rounds"] == "4"
+    assert all(0 < float(r["cpu_efficiency"]) <= 1 for r in rows if r["cpu_efficiency"])
+    assert "machine_drift_pct" in run.data.metrics, "a reference probe in every sweep"
+    assert run.data.tags["dlbench.drifted"] in ("true", "false")
     assert "batch_size: 2" in artifact_text(store, run.info.run_id, "config.yaml")
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert "results.png" in names
