@@ -167,11 +167,15 @@ def measure_operations(
         return inv
 
     def probe_now(share: RunSettings, label: str) -> None:
+        # a probe reading needs its median to a percent or two, not the operations' settings: ~0.1 s each; the
+        # first one warms up longer (a worker's first calls of a kernel run slow: set-up, not drift)
+        light = replace(
+            share, warmup=10 if label == "round1" else 1, min_reps=min(share.min_reps, 10),
+            min_time_s=min(share.min_time_s, 0.05), max_time_s=min(share.max_time_s, 0.1),
+        )  # fmt: skip
         for entry, op in probe:
             probe_rows = align_rows(entry, [op])[0]
-            if label == "round1":  # once unrecorded: a worker's first calls of a kernel run slow (set-up), not drift
-                invoke(entry, [op], probe_rows, share, sweep_files(workdir, f"{base}_probe{op.id}_warm"))
-            inv = invoke(entry, [op], probe_rows, share, sweep_files(workdir, f"{base}_probe{op.id}_{label}"))
+            inv = invoke(entry, [op], probe_rows, light, sweep_files(workdir, f"{base}_probe{op.id}_{label}"))
             if op.id in inv.stats:
                 probe_ms.setdefault(op.label, []).append(inv.stats[op.id].median_ms)
             if inv.interrupted:
@@ -207,7 +211,8 @@ def measure_operations(
                     raise KeyboardInterrupt
             if results:
                 probe_now(replace(settings, **round_share(settings, rounds, rounds - 1)), "end")
-            waited = [op for op in operations if op.id in results and combined()[op.id].contended]
+            so_far = combined()
+            waited = [op for op in operations if op.id in so_far and so_far[op.id].contended]
             if waited and time.perf_counter() < deadline:  # once, with the whole share, at the sweep's end
                 redo_rows = [row for row in rows if row[0] in {op.id for op in waited}]
                 inv = invoke(benchmark, waited, redo_rows, settings, sweep_files(workdir, f"{base}_again"))
