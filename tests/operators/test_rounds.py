@@ -69,7 +69,9 @@ out.write(f"{op_id},{1 + value}\\n")
 def test_each_round_runs_every_operation_in_a_new_order_with_a_share_of_the_repetitions(tmp_path: Path) -> None:
     entry, log = program(tmp_path, "steady", STEADY)
     # contended_below=0: on a loaded machine a row could be judged contended and measured once more
-    settings = RunSettings(warmup=3, min_reps=10, min_time_s=0.2, max_time_s=1.0, threads=1, rounds=4, contended_below=0)
+    settings = RunSettings(
+        warmup=3, min_reps=10, min_time_s=0.2, max_time_s=1.0, threads=1, rounds=4, contended_below=0
+    )
     result, files = measure_operations(entry, relu_ops(6), settings, tmp_path / "work")
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(calls) == 4
