@@ -57,13 +57,17 @@ def log_sweep(
     run.log_metrics({**metrics, **per_operation})
     run.set_tags({"dlbench.operation_metrics": covered, NOTE_TAG: run_note(title, frame, metrics, cfg.batch_size)})
     log_interference(run, result)
+    log_drift(run, result)
     run.log_table(frame, "results.csv")
-    for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv) if files else ():
+    protocol = (
+        (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv, files.rounds_csv) if files else ()
+    )
+    for path in protocol:
         if path is not None and path.exists():
             run.log_artifact(path, "protocol")
     if result.run_error:
         run.log_text(result.run_error + "\n", "run_error.txt")
-    failed = frame[~frame["status"].isin(("ok", "unstable"))]
+    failed = frame[~frame["status"].isin(("ok", "unstable", "contended"))]
     if len(failed):
         run.log_table(failed[["id", "name", "error"]], "failed_operations.csv")
     if len(measured_rows(frame)):
@@ -172,6 +176,16 @@ def log_interference(run, result: SweepResult) -> None:
     if report.noisy:
         tags["dlbench.noisy_reason"] = report.reason
     run.set_tags(tags)
+
+
+def log_drift(run, result: SweepResult) -> None:
+    """The reference probe's readings over the sweep (``machine_drift_pct`` and the rest, see
+    :func:`dlbench.operators.rounds.probe_report`), and the tag ``dlbench.drifted`` when it moved more than the
+    operations' own spread."""
+    metrics = result.extra.get("drift_metrics")
+    if metrics:
+        run.log_metrics(dict(metrics))
+        run.set_tags({"dlbench.drifted": str(bool(result.extra.get("drift_note"))).lower()})
 
 
 def print_summary(frame, run_name: str, run_id: str, result: SweepResult | None = None, link: str = "") -> None:

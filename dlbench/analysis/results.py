@@ -25,7 +25,7 @@ MEASURED_STATUSES = ("ok", "unstable")
 #: Columns of results.csv that hold times or ratios of times (floats; NA where the executable reported none)
 TIME_COLUMNS = [c for c in STAT_COLUMNS if c.endswith("_ms") or c == "rel_ci"]
 #: Row statuses every run reports a count of (``operations_<status>``), present or not
-COUNTED_STATUSES = ("ok", "unstable", "unsupported", "failed")
+COUNTED_STATUSES = ("ok", "unstable", "contended", "unsupported", "failed")
 
 
 def operation_key(op: Operation) -> str:
@@ -68,6 +68,8 @@ def results_frame(operations: Sequence[Operation], result: SweepResult, implemen
         row["gbytes_per_s"] = op.bytes_moved / (median * 1e6) if op.bytes_moved and median else None
         if is_collective(op.op_type):  # nccl-tests' algorithm and bus bandwidth
             row["algbw_gbs"], row["busbw_gbs"] = bandwidths_gbs(op.op_type, dict(op.params), median or 0.0)
+        #: CPU time over (wall x threads that took part) while timed; below 0.85 the status is contended
+        row["cpu_efficiency"] = m.cpu_efficiency if m is not None else None
         row["status"] = m.status if m is not None else "failed"
         row["error"] = m.error if m is not None else "not measured"
         if result.interference is not None:

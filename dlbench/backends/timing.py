@@ -5,12 +5,14 @@ events (device time, read back in batches), not by the host clock with a synchro
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from dlbench.core.contention import available, cpu_efficiency, read_cpu
 from dlbench.core.settings import default, from_environment
 from dlbench.core.values import TimeStats, median_rel_ci
 
@@ -164,6 +166,9 @@ class Timing:
     samples_ms: tuple[float, ...] = ()
     #: median host time of issuing one call, where the clock measures device time apart (CUDA events)
     launch_ms: float | None = None
+    #: CPU time of this process's threads over (wall time x threads that took part) while repeating
+    #: (:mod:`dlbench.core.contention`); None where it cannot be read
+    cpu_efficiency: float | None = None
 
 
 def time_repeated(
@@ -190,6 +195,9 @@ def time_repeated(
             break
         fn()
     clock.synchronize()
+    own = [os.getpid()] if available() else []
+    cpu_before = read_cpu(own) if own else None
+    process_cpu = time.process_time()
     samples: list[float] = []
     timed_total_ms = 0.0
     budget_spent = False
@@ -218,12 +226,16 @@ def time_repeated(
         if now - repeating_since >= settings.max_time_s:
             break
     samples.extend(clock.flush())
+    efficiency = None
+    if cpu_before is not None:  # this process's CPU time is exact; the threads' readings say which took part
+        efficiency = cpu_efficiency(cpu_before, read_cpu(own), time.process_time() - process_cpu, min_wall_s=0.01)
     launch = list(getattr(clock, "launch_ms", ()))[launches_before:]
     return Timing(
         TimeStats.from_samples(samples, settings.target_rel_ci),
         budget_spent,
         tuple(samples),
         statistics.median(launch) if launch else None,
+        efficiency,
     )
 
 

@@ -81,7 +81,23 @@ RUN_SETTINGS: tuple[Setting, ...] = (
 )
 
 EXECUTABLE_SETTINGS: tuple[Setting, ...] = MEASURE_SETTINGS + RUN_SETTINGS
-_BY_KEY = {s.key: s for s in EXECUTABLE_SETTINGS}
+
+#: ``measure.<key>`` in the config that dlbench's runner uses itself; never handed to an executable.
+RUNNER_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "rounds", "DLBENCH_ROUNDS", int, 4,
+        "measure the operations in this many rounds, each giving every operation its share of the repetitions "
+        "(min_reps, max_reps, min_time_s, max_time_s, op_budget_s divided) in a new shuffled order, so a slow "
+        "spell of the machine spreads over all of them; 1: each operation in one block",
+    ),
+    Setting(
+        "contended_below", "DLBENCH_CONTENDED_BELOW", float, 0.85,
+        "an operation whose threads ran less than this fraction of its timed wall time (CPU time over wall time "
+        "x threads that took part) waited for cores other work held: it is measured again at the end and stays "
+        "`contended` if it waits again (CPU only); 0: never",
+    ),
+)  # fmt: skip
+_BY_KEY = {s.key: s for s in EXECUTABLE_SETTINGS + RUNNER_SETTINGS}
 
 
 def default(key: str) -> int | float | str:

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dlbench.core.values import Measurement, Operation
+from dlbench.operators.registry import OperatorBenchmark, Registry
 
 #: |drift| above which an evaluation says its error includes the machine's change of speed
 DRIFT_LIMIT_PCT = 10.0
@@ -84,6 +85,17 @@ GPU_WARMUP_ROUNDS = 1
 def reference_operations(device: str) -> tuple[Operation, ...]:
     """The reference operations for ``device``: device-bound sizes on a GPU."""
     return GPU_REFERENCE_OPERATIONS if device == "cuda" else REFERENCE_OPERATIONS
+
+
+def reference_benchmarks(registry: Registry, device: str) -> list[tuple[OperatorBenchmark, Operation]]:
+    """Each reference operation for ``device`` with PyTorch's benchmark of it there; those without one
+    available here are left out."""
+    chosen = []
+    for op in reference_operations(device):
+        entries = registry.serving(op.op_type, "torch", device)
+        if entries and not entries[0].unavailable_reason:
+            chosen.append((entries[0], op))
+    return chosen
 
 
 def reference_medians(measurements: Mapping[int, Measurement], device: str = "cpu") -> dict[str, float]:

@@ -201,12 +201,13 @@ class ReuseStore:
         cost_s: Mapping[int, float],
         run_id: str,
     ) -> int:
-        """Store every operation measured ok; returns how many."""
+        """Store every operation measured ok (not one measured while its threads waited for cores); returns how
+        many."""
         now = time.time()
         rows = []
         for op in operations:
             m = result.measurements.get(op.id)
-            if m is None or not m.ok or m.stats is None:
+            if m is None or not m.ok or m.contended or m.stats is None:
                 continue
             stats = {f: getattr(m.stats, f) for f in STAT_FIELDS}
             rows.append(

@@ -49,7 +49,7 @@ from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.step import graph_facts, training_step
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import model_coverage, plan_benchmarks
-from dlbench.operators.reference import GPU_WARMUP_ROUNDS, Drift, reference_medians, reference_operations
+from dlbench.operators.reference import GPU_WARMUP_ROUNDS, Drift, reference_benchmarks, reference_medians
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
 from dlbench.tracking.runs import job_run_name, open_run
@@ -173,16 +173,13 @@ def measure_reference(
     sizes, timed with CUDA events after a round that brings the clocks up from idle."""
     medians: dict[str, float] = {}
     rounds = (GPU_WARMUP_ROUNDS if device == "cuda" else 0) + 1
-    for op in reference_operations(device):
-        entries = registry.serving(op.op_type, "torch", device)
-        if not entries or entries[0].unavailable_reason:
-            continue
+    for entry, op in reference_benchmarks(registry, device):
         for _ in range(rounds):  # the last round counts
             result, _ = measure_with_progress(
-                entries[0], [op], run_settings(cfg, device), ctx.output_dir / "protocol", f"{op.name}_{when}", True
+                entry, [op], run_settings(cfg, device), ctx.output_dir / "protocol", f"{op.name}_{when}", True
             )  # a stem per operation: the GEMM's and the convolution's protocol files stay apart
             if result.interrupted:
-                raise KeyboardInterrupt(f"{entries[0].name} was interrupted")
+                raise KeyboardInterrupt(f"{entry.name} was interrupted")
         medians.update(reference_medians(result.measurements, device))
     return medians
 

@@ -48,6 +48,20 @@ def test_relu_sweep_is_one_run_with_params_tags_metrics_and_artifacts(tmp_path: 
     assert "results.png" in names
 
 
+def test_a_sweep_measures_in_interleaved_rounds_with_a_reference_probe(tmp_path: Path, store: Store) -> None:
+    in_rounds = [a for a in FAST if not a.startswith("measure.rounds=")]  # the default: 4 interleaved rounds
+    result = run_dlbench("+benchmark=relu", "batch_size=1", *in_rounds, cwd=tmp_path, store=store)
+    assert result.returncode == 0, result.stderr
+    (run,) = mlflow_runs(store)
+    assert run.data.params["measure.rounds"] == "4" and float(run.data.params["measure.contended_below"]) == 0
+    rounds = artifact_text(store, run.info.run_id, "protocol/torch_relu_relu_rounds.csv").splitlines()
+    assert rounds[0].startswith("# interleaving seed ") and len(rounds) == 2 + 6 * 4, "every operation, every round"
+    rows = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "results.csv"))))
+    assert "cpu_efficiency" in rows[0] and all(0 < float(r["cpu_efficiency"]) <= 1 for r in rows if r["cpu_efficiency"])
+    assert "machine_drift_pct" in run.data.metrics and "operations_contended" in run.data.metrics
+    assert run.data.tags["dlbench.drifted"] in ("true", "false")
+
+
 def test_default_store_is_mlflow_db_in_the_start_directory(tmp_path: Path) -> None:
     result = run_dlbench("+benchmark=globalavgpool", "batch_size=1", *FAST, cwd=tmp_path)
     assert result.returncode == 0, result.stderr

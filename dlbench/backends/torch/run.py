@@ -133,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             samples_out.write(samples_rows(op_id, timing.samples_ms))
             samples_out.flush()  # before the row, so a row that is read always has its samples
-            out.write(output_row(op_id, s, launch_ms=timing.launch_ms if launch else False))
+            launch_ms = timing.launch_ms if launch else False
+            out.write(output_row(op_id, s, cpu_efficiency=timing.cpu_efficiency, launch_ms=launch_ms))
             out.flush()
     return 1 if failed and failed == len(rows) else 0
