@@ -113,9 +113,11 @@ def train(
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
     args: argparse.Namespace,
     name: str,
+    network: torch.nn.Module | None = None,
 ) -> list[float]:
     """The ordinary training loop, each step wrapped in ``op_performance_analysis`` (which is handed the network
-    and the batch, so dlbench can export the network on request); returns the losses."""
+    and the batch, so dlbench can export the network on request; ``network`` when ``model`` wraps it, as
+    DistributedDataParallel does); returns the losses."""
     report_parameters(**{k: v for k, v in vars(args).items() if k not in ("quiet", "export_onnx")})
     dtype = getattr(torch, args.dtype)
     model.to(dtype)  # the whole step in this dtype: weights, activations, gradients, optimizer state
@@ -126,7 +128,7 @@ def train(
     start = time.perf_counter()
     for batch_idx in range(args.steps):
         inputs, targets = batches[batch_idx % len(batches)]
-        with op_performance_analysis(batch_idx, inputs, model) as batch:
+        with op_performance_analysis(batch_idx, inputs, network or model) as batch:
             step_start = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)
             loss = loss_fn(model(inputs), targets)

@@ -11,7 +11,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
-from dlbench.core.settings import CACHE_STATES, default
+from dlbench.core.settings import CACHE_STATES, FP32_MATHS, default
 
 TASKS = ("run", "list", "extract", "benchmark_model", "evaluate", "compare", "gc")
 DEVICES = ("cpu", "cuda", "auto")
@@ -38,9 +38,15 @@ class MeasureConfig:
     op_budget_s: float = float(default("op_budget_s"))
     memory_fraction: float = float(default("memory_fraction"))
     caches: str = str(default("caches"))
+    rounds: int = int(default("rounds"))
+    contended_below: float = float(default("contended_below"))
 
     def __post_init__(self) -> None:
         check_cache_state("measure.caches", self.caches)
+        if self.rounds < 1:
+            raise ValueError(f"measure.rounds must be >= 1 (1: each operation in one block), got {self.rounds}")
+        if not 0 <= self.contended_below <= 1:
+            raise ValueError(f"measure.contended_below must be in [0, 1] (0: never), got {self.contended_below}")
         if self.warmup < 0:
             raise ValueError(f"measure.warmup must be >= 0, got {self.warmup}")
         if self.min_reps < 1:
@@ -198,8 +204,9 @@ class RooflineConfig:
     call_s: float = 0.25
     #: MiB per array of the copy and triad bandwidth kernels (well above the last-level cache)
     stream_mib: int = 256
-    #: dtypes whose GEMM peak is measured; those the device cannot run are skipped and reported
-    dtypes: list[str] = field(default_factory=lambda: ["float32", "bfloat16"])
+    #: dtypes whose GEMM peak is measured; those the device cannot run are skipped and reported. float32 on a GPU
+    #: with TF32 tensor cores is measured twice: IEEE (peak ``float32``) and TF32 (peak ``tf32``)
+    dtypes: list[str] = field(default_factory=lambda: ["float32", "float16", "bfloat16"])
     #: seconds each kernel is repeated for (after one warm-up call), at least ``min_reps`` times
     min_time_s: float = 1.0
     min_reps: int = 3
@@ -272,12 +279,18 @@ class DlbenchConfig:
     task: str = "run"
     batch_size: int = 8
     dtype: str = "float32"
+    #: float32 math on NVIDIA GPUs: ieee, tf32, or framework (PyTorch's default: cuDNN convolutions may use
+    #: TF32, matmuls not); applied to the torch backend, the native CUDA kernels and the roofline's ceiling
+    fp32_math: str = str(default("fp32_math"))
     threads: int = 0
     device: str = "cpu"
     backend: str = "torch"
     timeout: float = 600.0
     steps: int = 30
     lr: float = 0.05
+    #: ranks of the collective benchmarks and the data-parallel training benchmark, started on this machine
+    #: (or as a Slurm job's tasks); 1: a single process, as every other benchmark measures
+    world_size: int = 1
     #: task=extract / benchmark_model: an ONNX file, or a list of them (``model=[a.onnx,b.onnx]``)
     model: Any = ""
     #: symbolic input dimensions besides the batch, e.g. ``dims.seq=128`` (the batch is ``batch_size``)
@@ -319,10 +332,22 @@ class DlbenchConfig:
             raise ValueError(f"device={self.device!r}: use one of {', '.join(DEVICES)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r}: use one of {', '.join(DTYPES)}")
+        if self.fp32_math not in FP32_MATHS:
+            raise ValueError(
+                f"fp32_math={self.fp32_math!r}: use ieee, tf32 or framework (PyTorch's default: cuDNN "
+                "convolutions may use TF32, matmuls not)"
+            )
+        if self.fp32_math == "tf32" and self.device == "cpu":
+            raise ValueError(
+                "fp32_math=tf32 with device=cpu: TF32 is a tensor-core mode of NVIDIA GPUs, float32 on the CPU is "
+                "IEEE; use device=cuda, or fp32_math=ieee"
+            )
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.threads < 0:
             raise ValueError(f"threads must be >= 0 (0: all physical cores), got {self.threads}")
+        if self.world_size < 1:
+            raise ValueError(f"world_size must be >= 1 (ranks of a process group), got {self.world_size}")
         if self.timeout <= 0:
             raise ValueError(f"timeout must be > 0 seconds, got {self.timeout}")
         models = self.model if isinstance(self.model, list | tuple) else [self.model]

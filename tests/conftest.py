@@ -11,9 +11,6 @@ from helpers import Store
 
 _counter = itertools.count()
 
-# commands the tests start run without a warm-start server (tests/cli/test_warmstart.py starts its own)
-os.environ["DLBENCH_WARM"] = "0"
-
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption(

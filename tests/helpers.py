@@ -14,7 +14,12 @@ REPO = Path(__file__).resolve().parent.parent
 #: Settings that keep measured sweeps short in tests (the numbers are still real measurements). A loose
 #: convergence target: these tests check what is run and logged, on a shared machine; convergence itself is
 #: tested in tests/backends/test_timing.py and tests/tasks/test_honest_numbers.py.
-FAST = ("measure.warmup=1", "measure.min_reps=2", "measure.min_time_s=0", "measure.target_rel_ci=0.5", "quiet=true")
+#: quick measurements, in one round (the fake programs misbehave at a row's place in their input); no operation
+#: judged contended, so a status does not depend on how loaded the machine is
+FAST = (
+    "measure.warmup=1", "measure.min_reps=2", "measure.min_time_s=0", "measure.target_rel_ci=0.5",
+    "measure.rounds=1", "measure.contended_below=0", "quiet=true",
+)  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -31,9 +36,6 @@ class Store:
 def clean_env(**extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("MLFLOW_", "DLBENCH_"))}
     env["HYDRA_FULL_ERROR"] = "0"
-    # every command runs in a process of its own, as without a warm-start server; the server's own tests
-    # turn it on with a private socket folder (tests/cli/test_warmstart.py)
-    env["DLBENCH_WARM"] = "0"
     env.update(extra)
     return env
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from dlbench.analysis.marks import flags, is_marked_status, not_ok_counts
+from dlbench.analysis.marks import flags, mark_reasons, marked_values, run_marks
 from dlbench.core.values import TIME_UNITS_TO_MS
 
 DEFAULT_KINDS = ("operator_sweep", "training", "evaluation", "roofline")
@@ -31,6 +31,8 @@ REQUIRED_METRICS = {
 #: Metrics of runs made before they were renamed: old name -> name now
 RENAMED_METRICS = {"network_total_ms": "total_time_ms", "total_ms": "distinct_operations_time_ms",
                    "mean_gflops_per_s": "gflops_per_s_mean", "max_gflops_per_s": "gflops_per_s_max"}  # fmt: skip
+#: Counts of operations without a time, in runs logged before ``operations_missing``
+PARTIAL_STATUSES = ("operations_failed", "operations_unsupported", "operations_missing")
 #: What makes two runs repeats of one configuration
 CONFIGURATION = ("kind", "benchmark", "implementation", "system", "batch_size", "dtype", "device", "threads")
 
@@ -79,12 +81,35 @@ def run_table(found: pd.DataFrame, kinds: Sequence[str] = (), benchmarks: Sequen
         if old in metrics.columns:
             metrics[new] = metrics[new].fillna(metrics[old]) if new in metrics.columns else metrics[old]
             metrics = metrics.drop(columns=old)
-    runs = pd.concat([runs.reset_index(drop=True), metrics.reset_index(drop=True)], axis=1)
+    runs = mark_partial_totals(pd.concat([runs.reset_index(drop=True), metrics.reset_index(drop=True)], axis=1))
     wanted = set(kinds or DEFAULT_KINDS)
     runs = runs[runs["kind"].isin(wanted)]
     if benchmarks:
         runs = runs[runs["benchmark"].isin(set(benchmarks))]
     return runs.reset_index(drop=True)
+
+
+def mark_partial_totals(runs: pd.DataFrame) -> pd.DataFrame:
+    """``totals_complete`` for every run, and no partial sum under a complete total's name: a run logged
+    before totals said whether they were complete (no ``totals_complete`` metric) with failed or unsupported
+    operations has its ``total_time_ms`` moved to ``partial_total_time_ms`` and its per-sample figures
+    cleared, as a run logged now has them."""
+    out = runs.copy()
+    holes = sum(
+        (pd.to_numeric(out[c], errors="coerce").fillna(0) for c in PARTIAL_STATUSES if c in out.columns),
+        pd.Series(0.0, index=out.index),
+    )
+    complete = pd.to_numeric(_column(out, "totals_complete"), errors="coerce").fillna((holes == 0).astype(float))
+    has_totals = _column(out, "total_time_ms").notna() | _column(out, "partial_total_time_ms").notna()
+    out["totals_complete"] = complete.where(has_totals | _column(out, "totals_complete").notna())
+    partial = out["totals_complete"] == 0
+    if "total_time_ms" in out.columns:
+        moved = out["total_time_ms"].where(partial)
+        out["partial_total_time_ms"] = _column(out, "partial_total_time_ms").fillna(moved)
+        for column in ("total_time_ms", "time_per_sample_ms", "distinct_operations_time_ms"):
+            if column in out.columns:
+                out[column] = out[column].mask(partial)
+    return out
 
 
 def mark_repeats(runs: pd.DataFrame) -> pd.DataFrame:
@@ -122,10 +147,18 @@ def check_metrics(runs: pd.DataFrame) -> list[dict[str, str]]:
         for metric in REQUIRED_METRICS.get(row.kind, ()):
             value = getattr(row, metric, None) if metric in runs.columns else None
             if value is None or (isinstance(value, float) and math.isnan(value)):
-                problems.append(
-                    {"run_id": row.run_id, "run_name": row.run_name, "problem": f"metric {metric} is missing"}
-                )
+                problems.append({"run_id": row.run_id, "run_name": row.run_name, "problem": _why_missing(row, metric)})
     return problems
+
+
+def _why_missing(row: Any, metric: str) -> str:
+    partial = getattr(row, "partial_total_time_ms", None)
+    if metric == "total_time_ms" and partial is not None and partial == partial:
+        return (
+            f"total_time_ms is NA: not every operation has a time (partial_total_time_ms {partial:.4g} ms, left "
+            "out of the totals compared and plotted)"
+        )
+    return f"metric {metric} is missing"
 
 
 def results_in_ms(results: pd.DataFrame, where: str) -> tuple[pd.DataFrame, list[str]]:
@@ -195,28 +228,6 @@ def operation_table(runs: pd.DataFrame, read_results) -> tuple[pd.DataFrame, lis
     return operations, problems
 
 
-def mark_reasons(operations: pd.DataFrame) -> pd.Series:
-    """Per operation row, why its number is not clean: its status when not ok, "noisy run" when its run was
-    measured on a busy machine; empty when clean."""
-    status = operations["status"].astype(str) if "status" in operations else pd.Series("ok", index=operations.index)
-    noisy = flags(operations.get("noisy"), operations.index)
-    reasons = [", ".join(([s] if is_marked_status(s) else []) + (["noisy run"] if n else []))
-               for s, n in zip(status, noisy, strict=True)]  # fmt: skip
-    return pd.Series(reasons, index=operations.index, dtype=object)
-
-
-def marked_values(operations: pd.DataFrame, index: Sequence[str], label) -> pd.DataFrame:
-    """Per ``index`` group, the swept values (``label(row)``) whose number is marked and why, e.g.
-    ``bs4: contended; bs16: noisy run`` (column ``marked``; empty when every number is clean)."""
-    reasons = mark_reasons(operations)
-    frame = operations.assign(why_marked=reasons)[lambda f: f["why_marked"] != ""]
-    if frame.empty:
-        return pd.DataFrame(columns=[*index, "marked"])
-    frame = frame.assign(cell_marked=[f"{label(r)}: {r.why_marked}" for r in frame.itertuples(index=False)])
-    cells = frame.groupby(list(index), sort=False, dropna=False)["cell_marked"].agg("; ".join)
-    return cells.rename("marked").reset_index()
-
-
 def by_batch_size(operations: pd.DataFrame) -> pd.DataFrame:
     """Median ms per operation (benchmark, id and name) and series (system | implementation | dtype), one
     column per batch size; sorted by benchmark, series and operation."""
@@ -234,9 +245,19 @@ def by_batch_size(operations: pd.DataFrame) -> pd.DataFrame:
     return table.sort_values(["benchmark", "series", "id"], kind="stable", ignore_index=True)
 
 
+def left_out_totals(runs: pd.DataFrame) -> dict[str, int]:
+    """Per benchmark: operator sweeps whose total is partial (operations without a time), which
+    :func:`run_totals` leaves out."""
+    sweeps = runs[runs["kind"] == "operator_sweep"]
+    partial = sweeps[_column(sweeps, "totals_complete") == 0]
+    return {str(k): int(v) for k, v in partial["benchmark"].value_counts().items()}
+
+
 def run_totals(runs: pd.DataFrame) -> pd.DataFrame:
-    """Per operator sweep: benchmark, series, batch size, ``total_time_ms`` (sum of median x occurrences),
-    ``time_per_sample_ms`` and ``marked`` (a noisy run, or operations whose status was not ok)."""
+    """Per operator sweep whose every operation has a time: benchmark, series, batch size,
+    ``total_time_ms`` (sum of median x occurrences), ``time_per_sample_ms`` and ``marked`` (a noisy run, or
+    operations whose status was not ok). A partial total is never among them (:func:`left_out_totals` counts
+    those)."""
     columns = ["benchmark", "series", "batch_size", "total_time_ms", "time_per_sample_ms", "marked"]
     sweeps = runs[runs["kind"] == "operator_sweep"].copy()
     if sweeps.empty or "total_time_ms" not in sweeps.columns:
@@ -246,11 +267,6 @@ def run_totals(runs: pd.DataFrame) -> pd.DataFrame:
     sweeps["time_per_sample_ms"] = sweeps["total_time_ms"] / sweeps["batch_size"]
     sweeps["marked"] = run_marks(sweeps)
     return sweeps[columns].dropna(subset=["total_time_ms"]).sort_values(["benchmark", "series", "batch_size"])
-
-
-def run_marks(runs: pd.DataFrame) -> pd.Series:
-    """Per run: measured on a busy machine, or with operations whose status was not ok."""
-    return flags(runs.get("noisy"), runs.index) | (not_ok_counts(runs) > 0)
 
 
 def training_totals(runs: pd.DataFrame) -> pd.DataFrame:

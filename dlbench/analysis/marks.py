@@ -4,6 +4,7 @@ run measured while the machine was busy (tag ``dlbench.noisy``). Tables say why;
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import pandas as pd
 
@@ -57,3 +58,30 @@ def status_notes(statuses: pd.Series, names: pd.Series) -> list[str]:
         chosen = names[statuses.astype(str) == status].astype(str).tolist()
         lines.append(f"{len(chosen)} operation(s) {status}, {status_meaning(status)}: {', '.join(chosen)}")
     return lines
+
+
+def mark_reasons(operations: pd.DataFrame) -> pd.Series:
+    """Per operation row, why its number is not clean: its status when not ok, "noisy run" when its run was
+    measured on a busy machine; empty when clean."""
+    status = operations["status"].astype(str) if "status" in operations else pd.Series("ok", index=operations.index)
+    noisy = flags(operations.get("noisy"), operations.index)
+    reasons = [", ".join(([s] if is_marked_status(s) else []) + (["noisy run"] if n else []))
+               for s, n in zip(status, noisy, strict=True)]  # fmt: skip
+    return pd.Series(reasons, index=operations.index, dtype=object)
+
+
+def marked_values(operations: pd.DataFrame, index: Sequence[str], label) -> pd.DataFrame:
+    """Per ``index`` group, the swept values (``label(row)``) whose number is marked and why, e.g.
+    ``bs4: contended; bs16: noisy run`` (column ``marked``; empty when every number is clean)."""
+    reasons = mark_reasons(operations)
+    frame = operations.assign(why_marked=reasons)[lambda f: f["why_marked"] != ""]
+    if frame.empty:
+        return pd.DataFrame(columns=[*index, "marked"])
+    frame = frame.assign(cell_marked=[f"{label(r)}: {r.why_marked}" for r in frame.itertuples(index=False)])
+    cells = frame.groupby(list(index), sort=False, dropna=False)["cell_marked"].agg("; ".join)
+    return cells.rename("marked").reset_index()
+
+
+def run_marks(runs: pd.DataFrame) -> pd.Series:
+    """Per run: measured on a busy machine, or with operations whose status was not ok."""
+    return flags(runs.get("noisy"), runs.index) | (not_ok_counts(runs) > 0)

@@ -172,8 +172,10 @@ def plot_implementations(frame: pd.DataFrame, title: str):
 def plot_results(frame: pd.DataFrame, title: str):  # -> matplotlib Figure
     """Bar chart of median time per operation (with min-max whiskers) and GFLOP/s where known; an operation
     whose status is not ok (unstable, contended, ...) or that ran while the machine was busy (``machine_busy``)
-    is drawn hatched in orange, why in its label."""
-    plt = _pyplot()
+    is drawn hatched in orange, why in its label. Every sweep draws it, so it is a plain Figure (saved through
+    Agg, freed when dropped): pyplot's import, backend selection and figure manager are start-up cost a sweep
+    does not need."""
+    from matplotlib.figure import Figure
     from matplotlib.patches import Patch
 
     shown = frame[frame["median_ms"].notna()]  # every operation with a time, whatever its status
@@ -182,7 +184,8 @@ def plot_results(frame: pd.DataFrame, title: str):  # -> matplotlib Figure
            for s, b in zip(shown["status"], busy, strict=True)]  # fmt: skip
     marked = pd.Series([bool(w) for w in why], index=shown.index)
     has_flops = shown["gflops_per_s"].notna().any()
-    fig, axes = plt.subplots(1, 2 if has_flops else 1, figsize=(13 if has_flops else 8, 0.35 * len(frame) + 1.8))
+    fig = Figure(figsize=(13 if has_flops else 8, 0.35 * len(frame) + 1.8))
+    axes = fig.subplots(1, 2 if has_flops else 1)
     axes = list(axes) if has_flops else [axes]
     labels = [f"{n} [{w}]" if w else str(n) for n, w in zip(shown["name"], why, strict=True)]
     colors = ["tab:orange" if m else "tab:blue" for m in marked]

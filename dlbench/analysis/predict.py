@@ -187,16 +187,24 @@ def prediction_terms(frame: pd.DataFrame, extra: Sequence[ExtraTerm] = ()) -> pd
 
 
 def prediction_metrics(
-    frame: pd.DataFrame, match: Any, measured_ms: float, profiled_ms: float, terms: pd.DataFrame | None = None
+    frame: pd.DataFrame,
+    match: Any,
+    measured_ms: float,
+    profiled_ms: float,
+    terms: pd.DataFrame | None = None,
+    predicted_ms: float | None = None,
 ) -> dict[str, float]:
     """Run-level figures. Shares are of the profiled step's wall time (``profiled_ms``):
 
     - ``unexplained_time_pct``: time no operation explains (framework, unmatched operators, outside
       any operator);
     - ``uncovered_time_pct``: time of operations that have no benchmark measurement.
+
+    ``predicted_ms``: the step as the GPU timeline (:mod:`dlbench.analysis.timeline`) has it, where host
+    and device overlap; the sum of ``terms`` otherwise.
     """
     terms = prediction_terms(frame) if terms is None else terms
-    predicted = float(terms["ms"].sum())
+    predicted = float(terms["ms"].sum()) if predicted_ms is None else float(predicted_ms)
     assigned = float(frame["in_training_ms"].sum())
     ok = measured(frame)
     covered = float(frame.loc[ok, "in_training_ms"].sum())

@@ -14,6 +14,7 @@ from dlbench.analysis.plots import plot_results
 from dlbench.analysis.results import (
     measured_rows,
     operation_metrics,
+    readable,
     results_frame,
     slowest_operations,
     summary_metrics,
@@ -22,6 +23,7 @@ from dlbench.analysis.results import (
 )
 from dlbench.analysis.roofline import attach_roofline
 from dlbench.config import DlbenchConfig
+from dlbench.core.device import resolve_device
 from dlbench.core.values import Operation, SweepResult
 from dlbench.operators.runner import SweepFiles
 
@@ -42,34 +44,37 @@ def log_sweep(
     ``kept``: results of an earlier run that a resumed sweep did not measure again; they join this run's
     rows in ``results.csv`` (column ``source_run_id`` says which run measured each row).
     """
-    import matplotlib.pyplot as plt
-
     frame = results_frame(operations, result, implementation=run.run_name)
     frame["source_run_id"] = run.run_id
     if kept is not None and len(kept):
         frame = pd.concat([kept, frame], ignore_index=True).sort_values("id", kind="stable", ignore_index=True)
         frame["key"] = frame["key"].fillna(frame["name"])  # rows kept from a run made before keys existed
     # arithmetic intensity and fraction of the roofline bound, when this system has a roofline run
-    frame = attach_roofline(run, frame, cfg.dtype, f"{title}: roofline")
+    frame = attach_roofline(
+        run, frame, cfg.dtype, f"{title}: roofline", cfg.fp32_math, resolve_device(cfg.device)
+    )  # fmt: skip
     metrics = summary_metrics(frame, cfg.batch_size)
     per_operation, covered = operation_metrics(frame, cfg.mlflow.max_operation_metrics)
     run.log_metrics({**metrics, **per_operation})
     run.set_tags({"dlbench.operation_metrics": covered, NOTE_TAG: run_note(title, frame, metrics, cfg.batch_size)})
     log_interference(run, result)
+    log_drift(run, result)
     run.log_table(frame, "results.csv")
-    for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv) if files else ():
+    protocol = (
+        (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv, files.rounds_csv) if files else ()
+    )
+    for path in protocol:
         if path is not None and path.exists():
             run.log_artifact(path, "protocol")
     if result.run_error:
         run.log_text(result.run_error + "\n", "run_error.txt")
-    failed = frame[~frame["status"].isin(("ok", "unstable"))]
+    failed = frame[~frame["status"].isin(("ok", "unstable", "contended"))]
     if len(failed):
         run.log_table(failed[["id", "name", "error"]], "failed_operations.csv")
     if len(measured_rows(frame)):
         busy = result.interference is not None and result.interference.noisy
         fig = plot_results(frame, f"{title}: machine busy (tag dlbench.noisy), timings distorted" if busy else title)
         run.log_figure(fig, "results.png")
-        plt.close(fig)
     return frame
 
 
@@ -110,8 +115,7 @@ def run_note(title: str, frame: pd.DataFrame, metrics: Mapping[str, float], batc
         "",
         f"- **System**: {system_line(hardware_tags())}",
         f"- **Operations**: {counts}",
-        f"- **Total time** (median x occurrences): {_number(metrics.get('total_time_ms'), ' ms')} at batch size "
-        f"{batch_size}, {_number(metrics.get('time_per_sample_ms'), ' ms')} per sample",
+        total_line(metrics, batch_size),
         f"- **GFLOP/s**: {_number(metrics.get('gflops_per_s_mean'))} (all FLOPs over all time), median "
         f"{_number(metrics.get('gflops_per_s_median'))}, best {_number(metrics.get('gflops_per_s_max'))}",
     ]
@@ -127,6 +131,21 @@ def run_note(title: str, frame: pd.DataFrame, metrics: Mapping[str, float], batc
             )
     lines += ["", "Every operation: `results.csv`; per operation also the metrics `op/<operation>/median_ms`."]
     return "\n".join(lines)
+
+
+def total_line(metrics: Mapping[str, float], batch_size: int) -> str:
+    """The run note's total: the workload's time, or NA with the partial sum where operations have no time."""
+    missing = int(metrics.get("operations_missing", 0))
+    if missing:
+        return (
+            f"- **Total time**: NA, {missing} operation(s) without a time; the measured ones sum to "
+            f"{_number(metrics.get('partial_total_time_ms'), ' ms')} (`partial_total_time_ms`) at batch size "
+            f"{batch_size}"
+        )
+    return (
+        f"- **Total time** (median x occurrences): {_number(metrics.get('total_time_ms'), ' ms')} at batch size "
+        f"{batch_size}, {_number(metrics.get('time_per_sample_ms'), ' ms')} per sample"
+    )
 
 
 def training_note(title: str, metrics: Mapping[str, float]) -> str:
@@ -161,6 +180,16 @@ def log_interference(run, result: SweepResult) -> None:
     run.set_tags(tags)
 
 
+def log_drift(run, result: SweepResult) -> None:
+    """The reference probe's readings over the sweep (``machine_drift_pct`` and the rest, see
+    :func:`dlbench.operators.rounds.probe_report`), and the tag ``dlbench.drifted`` when it moved more than the
+    operations' own spread."""
+    metrics = result.extra.get("drift_metrics")
+    if metrics:
+        run.log_metrics(dict(metrics))
+        run.set_tags({"dlbench.drifted": str(bool(result.extra.get("drift_note"))).lower()})
+
+
 def print_summary(frame, run_name: str, run_id: str, result: SweepResult | None = None, link: str = "") -> None:
     """The results table, then what makes its numbers less trustworthy: one line per status other than ok
     (did not converge, contended, could not be posed, failed, or any other), and a machine busy enough to
@@ -172,7 +201,7 @@ def print_summary(frame, run_name: str, run_id: str, result: SweepResult | None 
     ]
     with pd.option_context("display.max_rows", 200, "display.width", 160):
         print(f"\n{run_name} (MLflow run {run_id})")
-        print(frame[columns].to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="NA"))
+        print(readable(frame[columns]).to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="NA"))
     for line in status_notes(frame["status"], frame["name"]):  # every status but ok: unstable, contended, ...
         print(line)
     report = result.interference if result is not None else None

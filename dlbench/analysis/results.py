@@ -8,17 +8,24 @@ import hashlib
 import statistics
 from collections import Counter
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import pandas as pd
 
+from dlbench.core.collectives import bandwidths_gbs, is_collective
 from dlbench.core.values import STAT_COLUMNS, Operation, SweepResult
 from dlbench.tracking.naming import metric_key
+
+if TYPE_CHECKING:
+    from dlbench.core.interference import InterferenceReport
 
 #: Row statuses whose times count in totals and per-operation metrics: ``unstable`` rows hold a time that did
 #: not converge to ``measure.target_rel_ci`` (flagged, still the best estimate there is)
 MEASURED_STATUSES = ("ok", "unstable")
+#: Columns of results.csv that hold times or ratios of times (floats; NA where the executable reported none)
+TIME_COLUMNS = [c for c in STAT_COLUMNS if c.endswith("_ms") or c == "rel_ci"]
 #: Row statuses every run reports a count of (``operations_<status>``), present or not
-COUNTED_STATUSES = ("ok", "unstable", "unsupported", "failed")
+COUNTED_STATUSES = ("ok", "unstable", "contended", "unsupported", "failed")
 
 
 def operation_key(op: Operation) -> str:
@@ -33,8 +40,10 @@ def operation_key(op: Operation) -> str:
 
 def results_frame(operations: Sequence[Operation], result: SweepResult, implementation: str = "") -> pd.DataFrame:
     """One row per operation: parameters, time statistics (missing ones NA), FLOPs, GFLOP/s, status
-    (``ok``, ``unstable``, ``unsupported``, ``failed``), error, and what else the machine did meanwhile."""
+    (``ok``, ``unstable``, ``unsupported``, ``failed``), error, and what else the machine did meanwhile
+    (NA for the operations ``result.extra["reused"]`` names: their times come from another run)."""
     rows = []
+    reused = set(result.extra.get("reused", ()))
     timed_passes = any(op.timed_passes for op in operations)
     keys: Counter[str] = Counter()
     for op in operations:
@@ -57,15 +66,33 @@ def results_frame(operations: Sequence[Operation], result: SweepResult, implemen
         median = stats["median_ms"]
         row["gflops_per_s"] = op.flops / (median * 1e6) if op.flops and median else None
         row["gbytes_per_s"] = op.bytes_moved / (median * 1e6) if op.bytes_moved and median else None
+        if is_collective(op.op_type):  # nccl-tests' algorithm and bus bandwidth
+            row["algbw_gbs"], row["busbw_gbs"] = bandwidths_gbs(op.op_type, dict(op.params), median or 0.0)
+        #: CPU time over (wall x threads that took part) while timed; below 0.85 the status is contended
+        row["cpu_efficiency"] = m.cpu_efficiency if m is not None else None
         row["status"] = m.status if m is not None else "failed"
         row["error"] = m.error if m is not None else "not measured"
         if result.interference is not None:
-            row.update(result.interference.operation_columns(op.id))
+            columns = result.interference.operation_columns(op.id)
+            row.update(dict.fromkeys(columns) if op.id in reused else columns)
         rows.append(row)
     frame = pd.DataFrame(rows)
+    for column in TIME_COLUMNS:
+        if column in frame:  # a statistic no row has is a column of None: NaN, so it reads NA everywhere
+            frame[column] = pd.to_numeric(frame[column], errors="coerce").astype(float)
     if "reps" in frame:
         frame["reps"] = frame["reps"].astype("Int64")  # a missing count stays NA, not 0 or 1.0
     return frame
+
+
+def readable(frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` for printing: every missing cell that is not a float (a count, a flag, a note) reads ``NA``,
+    as ``to_string(na_rep="NA")`` writes missing floats (pandas prints ``None`` and ``<NA>`` otherwise)."""
+    out = frame.copy()
+    for column in out.columns:
+        if not pd.api.types.is_float_dtype(out[column]) and out[column].isna().any():
+            out[column] = out[column].astype(object).where(out[column].notna(), "NA")
+    return out
 
 
 def measured_rows(frame: pd.DataFrame) -> pd.DataFrame:
@@ -76,26 +103,35 @@ def measured_rows(frame: pd.DataFrame) -> pd.DataFrame:
 def summary_metrics(frame: pd.DataFrame, batch_size: int | None = None) -> dict[str, float]:
     """The run-level scalars every operator run carries, each meaning the same in every run:
 
-    ``operations_<status>``: rows per status (ok, failed, and any other a row has);
+    ``operations_<status>``: rows per status (ok, failed, and any other a row has); ``operations_missing``:
+    rows without a time (failed, unsupported, not measured); ``totals_complete``: 1 when none is missing.
     ``total_time_ms``: sum over operations of median x occurrences (``count``), the workload's time;
     ``time_per_sample_ms``: that over the batch size; ``distinct_operations_time_ms``: each distinct
-    operation once; ``gflops_per_s_mean``: all FLOPs (occurrences counted) over ``total_time_ms``, i.e. the
-    time-weighted mean; ``gflops_per_s_median`` and ``gflops_per_s_max`` over the operations.
+    operation once. These three exist only when every operation has a time: a sum with holes is not the
+    workload's time, so it is ``partial_total_time_ms`` instead (the same sum over the measured rows, never
+    divided per sample). ``gflops_per_s_mean``: the measured operations' FLOPs (occurrences counted) over
+    their time, i.e. the time-weighted mean; ``gflops_per_s_median`` and ``gflops_per_s_max`` over them.
     """
     counts = frame["status"].value_counts()
     metrics = {f"operations_{status}": float(counts.get(status, 0)) for status in (*COUNTED_STATUSES, *counts.index)}
     if "machine_busy" in frame:
         metrics["operations_machine_busy"] = float(frame["machine_busy"].eq(True).sum())
     measured = measured_rows(frame)
+    missing = len(frame) - len(measured)
+    metrics["operations_missing"] = float(missing)
+    metrics["totals_complete"] = float(missing == 0)
     if not len(measured):
         return metrics
     median = measured["median_ms"].astype(float)
     count = measured["count"].fillna(1).astype(float)
     total_ms = float((median * count).sum())
-    metrics["total_time_ms"] = total_ms
-    metrics["distinct_operations_time_ms"] = float(median.sum())
-    if batch_size:
-        metrics["time_per_sample_ms"] = total_ms / batch_size
+    if missing:
+        metrics["partial_total_time_ms"] = total_ms
+    else:
+        metrics["total_time_ms"] = total_ms
+        metrics["distinct_operations_time_ms"] = float(median.sum())
+        if batch_size:
+            metrics["time_per_sample_ms"] = total_ms / batch_size
     flops = pd.to_numeric(measured["flops"], errors="coerce").fillna(0) * count
     rates = pd.to_numeric(measured["gflops_per_s"], errors="coerce").dropna()
     if flops.sum() > 0 and total_ms > 0:
@@ -103,7 +139,26 @@ def summary_metrics(frame: pd.DataFrame, batch_size: int | None = None) -> dict[
     if len(rates):
         metrics["gflops_per_s_median"] = float(statistics.median(rates))
         metrics["gflops_per_s_max"] = float(rates.max())
+    if "busbw_gbs" in measured:  # collectives: the best bus bandwidth of the sweep (nccl-tests' headline)
+        busbw = pd.to_numeric(measured["busbw_gbs"], errors="coerce").dropna()
+        if len(busbw):
+            metrics["busbw_gbs_max"] = float(busbw.max())
     return metrics
+
+
+def interference_record(reports: Sequence[tuple[str, InterferenceReport]]) -> tuple[dict[str, float], dict[str, str]]:
+    """The interference metrics and tags of a run whose operations several benchmark processes measured
+    (``(benchmark, report)`` pairs): ``dlbench.noisy`` is true when any of them ran on a busy machine, the
+    reason names which, and each ``interference.*`` figure is the worst (largest) of them."""
+    metrics: dict[str, float] = {}
+    for _, report in reports:
+        for key, value in report.run_metrics().items():
+            metrics[key] = max(value, metrics.get(key, value))
+    reasons = [f"{name}: {report.reason}" for name, report in reports if report.noisy]
+    tags = {"dlbench.noisy": str(bool(reasons)).lower()}
+    if reasons:
+        tags["dlbench.noisy_reason"] = "; ".join(reasons)[:5000]
+    return metrics, tags
 
 
 def operation_metrics(frame: pd.DataFrame, limit: int) -> tuple[dict[str, float], str]:
@@ -117,6 +172,9 @@ def operation_metrics(frame: pd.DataFrame, limit: int) -> tuple[dict[str, float]
         metrics[metric_key("op", str(row.key), "median_ms")] = float(row.median_ms)
         if row.gflops_per_s == row.gflops_per_s and row.gflops_per_s is not None:
             metrics[metric_key("op", str(row.key), "gflops_per_s")] = float(row.gflops_per_s)
+        busbw = getattr(row, "busbw_gbs", None)
+        if busbw is not None and busbw == busbw:
+            metrics[metric_key("op", str(row.key), "busbw_gbs")] = float(busbw)
     if len(chosen) == len(measured):
         note = f"all {len(measured)} measured operations"
     else:

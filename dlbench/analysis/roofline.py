@@ -9,7 +9,7 @@ from typing import Any
 
 import pandas as pd
 
-from dlbench.core.roofline import Roofline
+from dlbench.core.roofline import Roofline, ceiling_label, fp32_math_of
 
 log = logging.getLogger(__name__)
 
@@ -58,10 +58,15 @@ def roofline_from_row(row: Mapping[str, Any], system_id: str = "") -> Roofline |
     return Roofline(peaks, float(bandwidth), system_id=system_id, run_id=str(row.get("run_id", "")))
 
 
-def attach_roofline(run: Any, frame: pd.DataFrame, dtype: str, title: str) -> pd.DataFrame:
+def attach_roofline(
+    run: Any, frame: pd.DataFrame, dtype: str, title: str, fp32_math: str = "framework", device: str = "cpu"
+) -> pd.DataFrame:
     """For an operator sweep's results: look up the latest roofline of this system (same experiment),
     add the roofline columns, log ``roofline.png``, the median achieved fraction and the roofline's run
-    id. Without a roofline run the frame comes back unchanged (a note is logged at INFO level)."""
+    id. Each operation is scored against the ceiling of its own dtype and float32 math (:func:`fp32_math_of`:
+    under ``framework`` a GPU convolution computed in TF32, a matmul in IEEE); operations whose ceiling was
+    not measured get no score, and a warning names the ceiling. Without a roofline run the frame comes back
+    unchanged (a note is logged at INFO level)."""
     from dlbench.analysis.results import add_roofline_columns
     from dlbench.tracking.system import hardware_tags
 
@@ -74,29 +79,43 @@ def attach_roofline(run: Any, frame: pd.DataFrame, dtype: str, title: str) -> pd
     if roofline is None:
         log.info("no roofline run for system %s; run `python -m dlbench +benchmark=roofline` once", system_id)
         return frame
-    frame = add_roofline_columns(frame, roofline.peak(dtype), roofline.bandwidth_gbs)
-    fractions = frame["roofline_fraction"].dropna()
+    op_types = frame["op_type"].astype(str) if "op_type" in frame.columns else pd.Series("", index=frame.index)
+    maths = op_types.map(lambda op: fp32_math_of(dtype, fp32_math, op, device))
+    parts, peaks = [], {}
+    for math_name, rows in frame.groupby(maths, sort=False):
+        why = roofline.missing(dtype, str(math_name))
+        if why:
+            log.warning("%s: %d operations not scored: %s", title, len(rows), why)
+            parts.append(rows)
+            continue
+        peak = roofline.peak(dtype, str(math_name))
+        peaks[ceiling_label(dtype, str(math_name))] = peak
+        parts.append(add_roofline_columns(rows, peak, roofline.bandwidth_gbs))
+    frame = pd.concat(parts).loc[frame.index] if parts else frame
     run.set_tags({"dlbench.roofline_run_id": roofline.run_id})
+    if not peaks:
+        return frame
+    fractions = frame["roofline_fraction"].dropna()
     if len(fractions):
         run.log_metrics({"roofline_fraction_median": float(fractions.median())})
         if fractions.max() > 1.05:
             log.warning(
-                "%s: operations run at up to %.2fx the roofline of run %s; it was measured under other conditions "
-                "(threads, load, dtype): measure it again with this sweep's settings",
+                "%s: operations run at up to %.2fx the %s roofline of run %s; it was measured under other "
+                "conditions (threads, load): measure it again with this sweep's settings",
                 title,
                 fractions.max(),
+                "/".join(peaks),
                 roofline.run_id,
             )
     import matplotlib.pyplot as plt
 
-    fig = plot_roofline_frame(frame, roofline, dtype, title)
+    fig = plot_roofline_frame(frame, roofline, peaks, title)
     run.log_figure(fig, "roofline.png")
     plt.close(fig)
     return frame
 
 
-def plot_roofline_frame(frame: pd.DataFrame, roofline: Roofline, dtype: str, title: str):
+def plot_roofline_frame(frame: pd.DataFrame, roofline: Roofline, peaks: Mapping[str, float], title: str):
     from dlbench.analysis.plots import plot_roofline
 
-    peaks = {dtype: roofline.peak(dtype)}
     return plot_roofline(frame, peaks, roofline.bandwidth_gbs, title)

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dlbench.analysis.compare import marked_values, operation_table, run_marks, run_table
+from dlbench.analysis.compare import operation_table, run_table
+from dlbench.analysis.marks import marked_values, run_marks
 
 SUMMED_KINDS = ("operator_sweep", "training", "evaluation", "model_benchmark")
 #: Per-run columns of the jobs table, where the runs have them

@@ -5,12 +5,14 @@ events (device time, read back in batches), not by the host clock with a synchro
 
 from __future__ import annotations
 
+import os
 import statistics
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from dlbench.core.contention import available, cpu_efficiency, read_cpu
 from dlbench.core.settings import default, from_environment
 from dlbench.core.values import TimeStats, median_rel_ci
 
@@ -19,6 +21,17 @@ EVENT_BATCH = 32
 #: Convergence is checked at sample counts growing by this factor (sorting every sample each call would
 #: cost more than a microsecond kernel).
 CHECK_GROWTH = 1.1
+#: Device cycles per ms assumed when holding the stream (a 2 GHz clock: a slower clock holds longer, which
+#: only costs idle device time before the batch's first event).
+HOLD_CYCLES_PER_MS = 2_000_000
+
+
+def hold_ms(recent_launch_ms: list[float], batch: int = EVENT_BATCH) -> float:
+    """How long to hold the stream ahead of a batch of calls so the host has issued them all before the
+    device reaches them: twice the batch's issuing time at the recent median launch time (1 ms before any
+    is known: 1 ms of issuing per batch), within 0.1-50 ms."""
+    per_call = statistics.median(recent_launch_ms) if recent_launch_ms else 1.0 / batch
+    return min(max(2.0 * batch * per_call, 0.1), 50.0)
 
 
 @dataclass(frozen=True)
@@ -90,7 +103,12 @@ class HostClock:
 class CudaEventClock:
     """Device time of each call: a pair of CUDA events recorded around it on the current stream, read back
     after a batch of calls (one synchronize per batch). The host-side time of issuing each call (launch
-    overhead) is kept apart in ``launch_ms``. torch is imported on first use only."""
+    overhead) is kept apart in ``launch_ms``. torch is imported on first use only.
+
+    Ahead of each batch the stream is held busy (``torch.cuda._sleep``, :func:`hold_ms`) while the host
+    issues the batch, so each start event fires when the previous call's work ends: without it a kernel
+    shorter than its launch reads as the host's issuing time (a 1 us ReLU read 23 us on an H200), which is
+    the host lane's cost, not the device's."""
 
     def __init__(self) -> None:
         self._torch: Any = None
@@ -110,6 +128,10 @@ class CudaEventClock:
 
     def time_call(self, fn: Callable[[], object]) -> None:
         cuda = self._cuda()
+        if not self._events:
+            sleep = getattr(cuda, "_sleep", None)
+            if sleep is not None:
+                sleep(int(hold_ms(self.launch_ms[-EVENT_BATCH:]) * HOLD_CYCLES_PER_MS))
         start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
         host = time.perf_counter_ns()
         start.record()
@@ -144,6 +166,9 @@ class Timing:
     samples_ms: tuple[float, ...] = ()
     #: median host time of issuing one call, where the clock measures device time apart (CUDA events)
     launch_ms: float | None = None
+    #: CPU time of this process's threads over (wall time x threads that took part) while repeating
+    #: (:mod:`dlbench.core.contention`); None where it cannot be read
+    cpu_efficiency: float | None = None
 
 
 def time_repeated(
@@ -158,6 +183,7 @@ def time_repeated(
     minima (``min_reps`` and ``min_time_s`` of timed time), then convergence (the median's 95% interval
     within ``target_rel_ci``) or ``max_time_s`` of repeating, whichever comes first."""
     clock = clock or HostClock(synchronize)
+    launches_before = len(getattr(clock, "launch_ms", ()))  # a clock serves many rows: this row's launches only
     started = time.perf_counter()
     budget = settings.budget_s if settings.budget_s > 0 else float("inf")
 
@@ -169,6 +195,9 @@ def time_repeated(
             break
         fn()
     clock.synchronize()
+    own = [os.getpid()] if available() else []
+    cpu_before = read_cpu(own) if own else None
+    process_cpu = time.process_time()
     samples: list[float] = []
     timed_total_ms = 0.0
     budget_spent = False
@@ -197,12 +226,16 @@ def time_repeated(
         if now - repeating_since >= settings.max_time_s:
             break
     samples.extend(clock.flush())
-    launch = getattr(clock, "launch_ms", None)
+    efficiency = None
+    if cpu_before is not None:  # this process's CPU time is exact; the threads' readings say which took part
+        efficiency = cpu_efficiency(cpu_before, read_cpu(own), time.process_time() - process_cpu, min_wall_s=0.01)
+    launch = list(getattr(clock, "launch_ms", ()))[launches_before:]
     return Timing(
         TimeStats.from_samples(samples, settings.target_rel_ci),
         budget_spent,
         tuple(samples),
         statistics.median(launch) if launch else None,
+        efficiency,
     )
 
 

@@ -76,27 +76,16 @@ def _exit_status(code: object) -> int:
 
 
 def cli() -> None:
-    """Console entry: the command runs in a warm-start server's fresh fork when there is one (see
-    :mod:`dlbench.cli.warmstart`), else here."""
+    """Console entry: the command runs in this process and ends with it (nothing is left running)."""
     try:
-        from dlbench.cli.help import is_plain_help
-
-        if not is_plain_help(sys.argv[1:]):  # help needs no imports to speak of: it is answered here at once
-            from dlbench.cli.warmstart import run_warm
-
-            status = run_warm(sys.argv)
-            if status is not None:
-                sys.stdout.flush()
-                os._exit(status)
         run_here()
     except KeyboardInterrupt as err:  # Ctrl-C while still importing, before the command handles it (run_here does)
         sys.exit(_interrupted(err))
 
 
 def run_here() -> None:
-    """Run the command in this process. Errors become messages (the stack with ``verbose=true`` or
-    ``HYDRA_FULL_ERROR=1``); Ctrl-C and SIGTERM end with 130 and 143 after the runs were ended KILLED; the last
-    line names the runs."""
+    """Run the command. Errors become messages (the stack with ``verbose=true`` or ``HYDRA_FULL_ERROR=1``);
+    Ctrl-C and SIGTERM end with 130 and 143 after the runs were ended KILLED; the last line names the runs."""
     from dlbench.cli.help import is_plain_help
     from dlbench.cli.keys import split_argv
     from dlbench.core import interrupts

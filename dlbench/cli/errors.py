@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 import dlbench
-from dlbench.core.errors import TaskFailed
+from dlbench.core.errors import ConfigurationError, TaskFailed
 
 PACKAGE_DIR = Path(dlbench.__file__).resolve().parent
 CONFIG_STATUS = 2
@@ -100,6 +100,8 @@ def describe(err: BaseException) -> tuple[str, int]:
         return "\n".join(lines) or type(err).__name__, CONFIG_STATUS
     if isinstance(err, ConfigError):
         return f"invalid configuration: {err}\n  {HELP_HINT}", CONFIG_STATUS
+    if isinstance(err, ConfigurationError):
+        return str(err), CONFIG_STATUS
     if isinstance(err, JobFailed):
         return str(err), err.status
     if isinstance(err, TaskFailed) or type(err).__module__.startswith("dlbench."):

@@ -51,38 +51,3 @@ def _malloc_trim():
         return ctypes.CDLL(None).malloc_trim
     except (OSError, AttributeError):
         return None
-
-
-#: ``GLIBC_TUNABLES`` names and the ``mallopt`` parameters that set the same thing in a running process.
-MALLOPT_PARAMETERS = {
-    "glibc.malloc.trim_threshold": -1,
-    "glibc.malloc.top_pad": -2,
-    "glibc.malloc.mmap_threshold": -3,
-    "glibc.malloc.mmap_max": -4,
-    "glibc.malloc.arena_test": -7,
-    "glibc.malloc.arena_max": -8,
-}
-
-
-def tunables_as_mallopt(tunables: str) -> list[tuple[int, int]] | None:
-    """``mallopt`` calls equal to a ``GLIBC_TUNABLES`` value, or None when one of its tunables has none."""
-    calls = []
-    for item in filter(None, tunables.split(":")):
-        name, _, value = item.partition("=")
-        if name not in MALLOPT_PARAMETERS or not value.isdigit():
-            return None
-        calls.append((MALLOPT_PARAMETERS[name], int(value)))
-    return calls
-
-
-def apply_tunables(tunables: str) -> bool:
-    """Give this (forked) process the allocator settings a new process would take from ``GLIBC_TUNABLES``;
-    False when that cannot be done here (a tunable without a ``mallopt`` twin, or no glibc)."""
-    calls = tunables_as_mallopt(tunables)
-    if calls is None:
-        return False
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    return all(mallopt(parameter, value) == 1 for parameter, value in calls)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+from dlbench.core.collectives import collective_bytes, is_collective
 from dlbench.core.glue import GLUE_OP_TYPES, InvalidParameters, glue_cost
 from dlbench.core.values import Number
 
@@ -32,6 +33,8 @@ def operation_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int = 4) 
     """
     mode = int(p.get("mode", 0))
     try:
+        if is_collective(op_type):  # no FLOPs counted: a reduction's adds are not what limits it
+            return 0.0, collective_bytes(p)
         if op_type in GLUE_OP_TYPES:
             return glue_cost(op_type, p, dtype_bytes)
         if op_type == "Conv":

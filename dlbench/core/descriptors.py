@@ -10,6 +10,7 @@ inference (BatchNormalization).
 
 from __future__ import annotations
 
+from dlbench.core.collectives import COLLECTIVE, COLLECTIVE_OP_TYPES
 from dlbench.core.costs import conv_output_hw, operation_cost
 
 CONV = (
@@ -78,6 +79,8 @@ DESCRIPTORS: dict[str, list[str]] = {
     # boolean results, forward only: comparisons and logic broadcast like BINARY, predicates are pointwise
     **{op: BINARY for op in ("Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor")},
     **{op: ELEMENTWISE for op in ("Not", "IsNaN", "IsInf")},
+    # torch.distributed collectives: a message of ``bytes`` among ``world_size`` ranks (core/collectives.py)
+    **{op: COLLECTIVE for op in COLLECTIVE_OP_TYPES},
 }
 
 DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}

@@ -1,10 +1,16 @@
-"""The exceptions that cross layers: a task that finished with failures, and an interrupt by SIGTERM."""
+"""The exceptions that cross layers: a task that finished with failures, a configuration that cannot be run, and
+an interrupt by SIGTERM."""
 
 from __future__ import annotations
 
 
 class TaskFailed(RuntimeError):
     """A task finished but something in it failed; results that were measured are already logged."""
+
+
+class ConfigurationError(TaskFailed):
+    """The configuration asks for what cannot be done (a setting missing, out of range or not fitting the
+    model), found before anything ran; the command exits with status 2 and says which key to change."""
 
 
 class RunInterrupted(KeyboardInterrupt):

@@ -59,18 +59,45 @@ MEASURE_SETTINGS: tuple[Setting, ...] = (
 #: the values of ``caches``
 CACHE_STATES = ("hot", "cold")
 
+#: the values of ``fp32_math``
+FP32_MATHS = ("ieee", "tf32", "framework")
+
 #: Top-level config keys an executable is told about, and the verify switch of the native kernels.
 RUN_SETTINGS: tuple[Setting, ...] = (
     Setting("threads", "DLBENCH_THREADS", int, 0, "CPU threads (0: all physical cores, not hyper-threads)"),
     Setting("device", "DLBENCH_DEVICE", str, "cpu", "cpu or cuda"),
     Setting("dtype", "DLBENCH_DTYPE", str, "float32", "float32, float16 or bfloat16"),
     Setting(
+        "fp32_math",
+        "DLBENCH_FP32_MATH",
+        str,
+        "framework",
+        "float32 math on NVIDIA GPUs: ieee (no TF32 anywhere), tf32 (TF32 tensor cores for convolutions and "
+        "matmuls), framework (PyTorch's default: cuDNN convolutions may use TF32, matmuls not)",
+    ),
+    Setting(
         "verify", "DLBENCH_VERIFY", int, 0, "1: compare small problems with a reference, exit non-zero on mismatch"
     ),
 )
 
 EXECUTABLE_SETTINGS: tuple[Setting, ...] = MEASURE_SETTINGS + RUN_SETTINGS
-_BY_KEY = {s.key: s for s in EXECUTABLE_SETTINGS}
+
+#: ``measure.<key>`` in the config that dlbench's runner uses itself; never handed to an executable.
+RUNNER_SETTINGS: tuple[Setting, ...] = (
+    Setting(
+        "rounds", "DLBENCH_ROUNDS", int, 4,
+        "measure the operations in this many rounds, each giving every operation its share of the repetitions "
+        "(min_reps, max_reps, min_time_s, max_time_s, op_budget_s divided) in a new shuffled order, so a slow "
+        "spell of the machine spreads over all of them; 1: each operation in one block",
+    ),
+    Setting(
+        "contended_below", "DLBENCH_CONTENDED_BELOW", float, 0.85,
+        "an operation whose threads ran less than this fraction of its timed wall time (CPU time over wall time "
+        "x threads that took part) waited for cores other work held: it is measured again at the end and stays "
+        "`contended` if it waits again (CPU only); 0: never",
+    ),
+)  # fmt: skip
+_BY_KEY = {s.key: s for s in EXECUTABLE_SETTINGS + RUNNER_SETTINGS}
 
 
 def default(key: str) -> int | float | str:

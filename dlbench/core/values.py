@@ -219,6 +219,10 @@ class Measurement:
     #: the implementation cannot pose this problem (e.g. its parameters lack a descriptor whose value
     #: matters); not a failure of the run, but never a measurement either
     unsupported: bool = False
+    #: CPU time over (wall time x threads that took part) while it was timed (:mod:`dlbench.core.contention`)
+    cpu_efficiency: float | None = None
+    #: its threads waited for cores other work held, in every round and again at the sweep's end
+    contended: bool = False
 
     @property
     def ok(self) -> bool:
@@ -226,12 +230,15 @@ class Measurement:
 
     @property
     def status(self) -> str:
-        """``ok``, ``unstable`` (measured, but the median did not converge), ``unsupported`` or ``failed``."""
+        """``ok``, ``contended`` (measured while its threads waited for cores), ``unstable`` (measured, but
+        the median did not converge), ``unsupported`` or ``failed``."""
         if self.unsupported:
             return "unsupported"
         if not self.ok:
             return "failed"
         assert self.stats is not None
+        if self.contended:
+            return "contended"
         return "unstable" if self.stats.converged is False else "ok"
 
 

@@ -23,15 +23,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import IO
 
-from dlbench.core.allocator import apply_tunables, tunables_as_mallopt
-from dlbench.core.forking import (
-    default_signals,
-    fresh_seeds,
-    fresh_standard_streams,
-    name_process,
-    replace_environment,
-    still_as_forked,
-)
 from dlbench.core.process import (
     MAX_LOG_BYTES,
     ProcessResult,
@@ -53,50 +44,13 @@ def start_environment(env: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
     return tuple(sorted((k, v) for k, v in env.items() if not k.startswith(NOT_CHILD_STATE)))
 
 
-class ForkedChild:
-    """The part of :class:`subprocess.Popen` a worker uses, for a child made by ``os.fork``."""
-
-    def __init__(self, pid: int, stdin: IO[bytes]) -> None:
-        self.pid = pid
-        self.stdin = stdin
-        self.returncode: int | None = None
-
-    def poll(self) -> int | None:
-        if self.returncode is None:
-            pid, status = os.waitpid(self.pid, os.WNOHANG)
-            if pid:
-                self.returncode = os.waitstatus_to_exitcode(status)
-        return self.returncode
-
-    def wait(self, timeout: float | None = None) -> int:
-        deadline = None if timeout is None else time.perf_counter() + timeout
-        while self.poll() is None:
-            if deadline is not None and time.perf_counter() > deadline:
-                raise subprocess.TimeoutExpired(str(self.pid), timeout or 0.0)
-            time.sleep(0.005)
-        assert self.returncode is not None
-        return self.returncode
-
-
 class Worker:
-    """A child running ``command`` + ``--serve FD``; :meth:`run` sends it one argument list at a time.
+    """A child running ``command`` + ``--serve FD``; :meth:`run` sends it one argument list at a time."""
 
-    With ``fork_main`` (the program's ``main``, whose modules this process has imported), the child is a fork
-    of this process serving ``fork_main`` instead of a new interpreter, whenever this process may still be
-    forked (:func:`dlbench.core.forking.still_as_forked`): the same loop and guards, without the imports."""
-
-    def __init__(
-        self,
-        command: Sequence[str],
-        env: Mapping[str, str],
-        fork_main: Callable[[list[str]], int] | None = None,
-    ) -> None:
+    def __init__(self, command: Sequence[str], env: Mapping[str, str]) -> None:
         self.command = list(command)
         self.env = dict(env)
-        self.fork_main = fork_main
-        #: whether the running child was forked (rather than started as ``command``)
-        self.forked = False
-        self.proc: subprocess.Popen | ForkedChild | None = None
+        self.proc: subprocess.Popen | None = None
         self._reply = -1
         self._buffer = b""
         self._requests = 0
@@ -115,61 +69,21 @@ class Worker:
         self._folder.mkdir(parents=True, exist_ok=True)  # again after close()
         read_end, write_end = os.pipe()
         self._log = (self._folder / "worker.log").open("w+b")
-        self.forked = self.fork_main is not None and self._allocator_settable() and still_as_forked()
         try:
-            if self.forked:
-                self.proc = self._fork(write_end)
-            else:
-                with default_signals_in_children():
-                    self.proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
-                        [*self.command, "--serve", str(write_end)],
-                        stdin=subprocess.PIPE,
-                        stdout=self._log,
-                        stderr=self._log,
-                        env=self.env,
-                        pass_fds=(write_end,),
-                        start_new_session=True,
-                    )
+            with default_signals_in_children():
+                self.proc = subprocess.Popen(  # noqa: S603 - an argument list, never a shell
+                    [*self.command, "--serve", str(write_end)],
+                    stdin=subprocess.PIPE,
+                    stdout=self._log,
+                    stderr=self._log,
+                    env=self.env,
+                    pass_fds=(write_end,),
+                    start_new_session=True,
+                )
         finally:
             os.close(write_end)
         self._reply = read_end
         self._buffer = b""
-
-    def _allocator_settable(self) -> bool:
-        """Whether a fork can take the allocator settings (``GLIBC_TUNABLES``) a new child would start with."""
-        wanted, have = self.env.get("GLIBC_TUNABLES"), os.environ.get("GLIBC_TUNABLES")
-        return wanted == have or (have is None and wanted is not None and tunables_as_mallopt(wanted) is not None)
-
-    def _fork(self, reply_fd: int) -> ForkedChild:
-        """Fork the child: a session of its own, stdin a pipe, output to the log, the worker's environment and
-        allocator settings, default signals; it serves until EOF and never returns."""
-        assert self.fork_main is not None and self._log is not None
-        stdin_read, stdin_write = os.pipe()
-        started_with = os.environ.get("GLIBC_TUNABLES")
-        sys.stdout.flush()
-        sys.stderr.flush()
-        pid = os.fork()
-        if pid == 0:  # pragma: no cover - the child, which ends in os._exit
-            try:
-                os.setsid()
-                name_process("dlbench-worker")
-                default_signals()
-                os.dup2(stdin_read, 0)
-                os.dup2(self._log.fileno(), 1)
-                os.dup2(self._log.fileno(), 2)
-                for fd in (stdin_read, stdin_write):
-                    os.close(fd)
-                fresh_standard_streams()
-                replace_environment(self.env)
-                fresh_seeds()
-                wanted = self.env.get("GLIBC_TUNABLES")
-                if wanted is not None and wanted != started_with and not apply_tunables(wanted):
-                    os._exit(70)  # checked before forking; cannot happen short of a broken C library
-                serve(self.fork_main, reply_fd)
-            finally:
-                os._exit(1)
-        os.close(stdin_read)
-        return ForkedChild(pid, os.fdopen(stdin_write, "wb"))
 
     def _discard(self) -> None:
         if self.proc is not None:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlbench.onnx.errors import ExtractionError
+from dlbench.onnx.errors import ModelSettingError
 
 
 @dataclass(frozen=True)
@@ -74,7 +74,7 @@ def set_dimensions(
     """Give every dynamic first dimension of an input the batch size and every named dimension in ``dims``
     its value, in the inputs and wherever the name recurs (value_info, outputs).
 
-    Raises :class:`ExtractionError` for a name in ``dims`` the model lacks (listing the names it has), for
+    Raises :class:`ModelSettingError` for a name in ``dims`` the model lacks (listing the names it has), for
     the batch set through ``dims``, and for any dimension still open afterwards (listing each, the inputs
     that use it and the override to set). A model whose batch is fixed is left alone; ``fixed_batch``
     tells the caller when it differs from ``batch_size`` (see :mod:`dlbench.onnx.rebatch`)."""
@@ -83,18 +83,18 @@ def set_dimensions(
     batch_names = tuple(dict.fromkeys(d.name for d in found if d.axis == 0 and d.size is None and d.name))
     for key, value in dims.items():
         if key in batch_names:
-            raise ExtractionError(
+            raise ModelSettingError(
                 f"{path}: dims.{key}: {key!r} is the model's batch dimension; set it with batch_size={value}"
             )
         if key not in names:
             others = [n for n in names if n not in batch_names]
             listed = ", ".join(others) if others else "none besides the batch"
-            raise ExtractionError(
+            raise ModelSettingError(
                 f"{path}: dims.{key}: the model has no dimension {key!r}; its named dimensions: {listed}"
                 + (f" (the batch, {', '.join(batch_names)}, is batch_size)" if batch_names else "")
             )
         if int(value) < 1:
-            raise ExtractionError(f"{path}: dims.{key} must be >= 1, got {value}")
+            raise ModelSettingError(f"{path}: dims.{key} must be >= 1, got {value}")
     values = {name: batch_size for name in batch_names}
     values.update({k: int(v) for k, v in dims.items()})
     dynamic_first = [d for d in found if d.axis == 0 and d.size is None]
@@ -109,7 +109,7 @@ def set_dimensions(
                 lines.append(
                     f"  unnamed: {_uses(uses)}; export the model with a name for it (dynamic axes) or a fixed size"
                 )
-        raise ExtractionError(
+        raise ModelSettingError(
             f"{path}: {len(lines)} open input dimension(s) besides the batch; nothing is extracted until each "
             "has a size:\n" + "\n".join(lines)
         )

@@ -3,3 +3,8 @@
 
 class ExtractionError(ValueError):
     """A model that cannot be extracted; the message names the file and, where it applies, the node."""
+
+
+class ModelSettingError(ExtractionError):
+    """What the configuration asks of the model cannot be: no file at ``model``, a ``dims.*`` the model lacks
+    or one it leaves open, a batch size below 1. A configuration mistake, not a broken model."""

@@ -17,7 +17,7 @@ from dlbench.onnx.attributes import UnhandledAttribute, read_attributes
 from dlbench.onnx.classes import COMPUTE, CONSTANT, LAYOUT, classify_node, constant_outputs
 from dlbench.onnx.describe import CannotDescribe, NoCanonicalForm, describe_known, describe_unknown
 from dlbench.onnx.dims import set_dimensions
-from dlbench.onnx.errors import ExtractionError
+from dlbench.onnx.errors import ExtractionError, ModelSettingError
 from dlbench.onnx.infer import element_types, infer_shapes, small_constant_values
 from dlbench.onnx.load import check_model, check_weights, default_opset, light_model, load_model
 from dlbench.onnx.names import layer_names
@@ -165,7 +165,7 @@ def extract_operations(
 
     path = Path(path)
     if batch_size < 1:
-        raise ExtractionError(f"{path}: batch_size must be >= 1, got {batch_size}")
+        raise ModelSettingError(f"{path}: batch_size must be >= 1, got {batch_size}")
     model, digest = load_model(path)
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)

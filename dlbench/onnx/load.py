@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dlbench.onnx.errors import ExtractionError
+from dlbench.onnx.errors import ExtractionError, ModelSettingError
 
 log = logging.getLogger(__name__)
 
@@ -24,7 +24,7 @@ def load_model(path: Path) -> tuple[Any, str]:
     from google.protobuf.message import DecodeError
 
     if not path.is_file():
-        raise ExtractionError(f"{path}: no such ONNX file")
+        raise ModelSettingError(f"{path}: no such ONNX file")
     data = path.read_bytes()
     digest = hashlib.sha256(data).hexdigest()
     try:

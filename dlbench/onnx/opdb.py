@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from dlbench.core.nodes import TensorSpec
 from dlbench.core.values import Number, Operation, operation_name
 
 #: Columns every database has, in order; one column per named descriptor follows them.
@@ -22,50 +24,44 @@ class OperationDatabaseError(ValueError):
     """A database file or frame that cannot be read back; the message names the file, row and column."""
 
 
-def operation_key(operation: Operation) -> tuple[str, tuple[tuple[str, Number], ...]]:
-    """What makes two operations the same problem: the operator and its parameters."""
-    return operation.op_type, tuple(operation.params)
+#: Float constants up to this many elements are part of what a node computes (an exponent, clip bounds);
+#: longer ones (per-channel scales, biases) are data whose values do not change the problem
+KEY_FLOAT_VALUES = 4
+
+
+def operation_key(operation: Operation) -> tuple[Any, ...]:
+    """What makes two operations the same problem: the operator, its parameters, its inputs' shapes and, for
+    one extracted from a model, the ONNX node's inputs, outputs and attributes (not its name, nor the values
+    of float weights). The parameters alone do not say it: a Concat of 192+208+48+64 channels and one of
+    160+224+64+64 both have ``C=512, inputs=4``."""
+    node = operation.node
+    node_key = None
+    if node is not None:
+        inputs = tuple(None if t is None else _tensor_key(t) for t in node.inputs)
+        attributes = tuple(sorted((a.name, a.kind, repr(a.value)) for a in node.attributes))
+        node_key = (node.domain, node.opsets, inputs, tuple(_tensor_key(t) for t in node.outputs), attributes)
+    return operation.op_type, tuple(operation.params), tuple(operation.input_shapes), node_key
+
+
+def _tensor_key(tensor: TensorSpec) -> tuple[Any, ...]:
+    values = tensor.values
+    if values is not None and tensor.dtype.startswith(("float", "bfloat")) and len(values) > KEY_FLOAT_VALUES:
+        values = None
+    return tensor.shape, tensor.dtype, tensor.weight, values
 
 
 def deduplicate(operations: Iterable[Operation]) -> list[Operation]:
-    """Merge identical operations (same op_type and params), in first-occurrence order, renumbered from 0.
+    """Merge identical operations (:func:`operation_key`), in first-occurrence order, renumbered from 0.
 
     Counts add up and node names are concatenated in order, so each merged operation still names every
-    ONNX node it stands for.
+    ONNX node it stands for; everything else (shapes, the node itself) is the same in every merged one.
     """
     merged: dict[tuple, Operation] = {}
     for op in operations:
         key = operation_key(op)
         seen = merged.get(key)
-        if seen is None:
-            merged[key] = op
-        else:
-            merged[key] = Operation(
-                id=seen.id,
-                op_type=seen.op_type,
-                params=seen.params,
-                input_shapes=seen.input_shapes,
-                name=seen.name,
-                count=seen.count + op.count,
-                nodes=(*seen.nodes, *op.nodes),
-                flops=seen.flops,
-                bytes_moved=seen.bytes_moved,
-            )
-    return [_renumber(op, i) for i, op in enumerate(merged.values())]
-
-
-def _renumber(op: Operation, new_id: int) -> Operation:
-    return Operation(
-        id=new_id,
-        op_type=op.op_type,
-        params=op.params,
-        input_shapes=op.input_shapes,
-        name=op.name,
-        count=op.count,
-        nodes=op.nodes,
-        flops=op.flops,
-        bytes_moved=op.bytes_moved,
-    )
+        merged[key] = op if seen is None else replace(seen, count=seen.count + op.count, nodes=(*seen.nodes, *op.nodes))
+    return [replace(op, id=i) for i, op in enumerate(merged.values())]
 
 
 def format_params(params: Sequence[tuple[str, Number]]) -> str:

@@ -11,9 +11,9 @@ import pandas as pd
 
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
-from dlbench.core.errors import TaskFailed
+from dlbench.core.errors import ConfigurationError, TaskFailed
 from dlbench.core.values import Operation
-from dlbench.onnx.errors import ExtractionError
+from dlbench.onnx.errors import ExtractionError, ModelSettingError
 from dlbench.onnx.extract import Extraction, extract_operations
 from dlbench.onnx.opdb import deduplicate, summary_table, write_csv
 
@@ -31,7 +31,7 @@ def model_paths(cfg: DlbenchConfig, ctx: AppContext) -> list[Path]:
             part = part.expanduser()
             paths.append(part if part.is_absolute() else ctx.start_dir / part)
     if not paths:
-        raise TaskFailed(
+        raise ConfigurationError(
             f"task={cfg.task} needs an ONNX file: add model=path/to/model.onnx (several: model=[a.onnx,b.onnx])"
         )
     return list(dict.fromkeys(paths))
@@ -49,7 +49,8 @@ def extract(cfg: DlbenchConfig, ctx: AppContext, path: Path | None = None) -> tu
     try:
         extraction = extract_operations(path, cfg.batch_size, dims=dict(cfg.dims))
     except ExtractionError as err:
-        raise TaskFailed(str(err)) from err
+        failure = ConfigurationError if isinstance(err, ModelSettingError) else TaskFailed
+        raise failure(str(err)) from err
     return extraction, deduplicate(extraction.operations())
 
 

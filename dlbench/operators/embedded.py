@@ -4,11 +4,7 @@ each time otherwise), and a worker started early imports it while dlbench opens 
 runs the very same program (``backends/torch/run.py``) per request, in its own process group, with the same
 timeout, memory guard and interrupt handling, so the result files are the same; a crash ends the worker and
 fails only that benchmark, and the next one starts a new worker. Every other executable still runs as a
-process of its own (:func:`dlbench.core.process.run_command`).
-
-In a command forked by the warm-start server (torch imported, nothing run), the worker is a fork of the
-command instead of a new interpreter, when its environment differs only in what the kernels read as they run
-(``DLBENCH_*``), in the thread count (the kernels set it) and in the allocator settings (set by ``mallopt``)."""
+process of its own (:func:`dlbench.core.process.run_command`)."""
 
 from __future__ import annotations
 
@@ -19,13 +15,9 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from dlbench.core.process import ProcessResult
-from dlbench.core.worker import NOT_CHILD_STATE, Worker, start_environment
+from dlbench.core.worker import Worker, start_environment
 
 EMBEDDED_MODULE = "dlbench.backends.torch"
-EMBEDDED_MAIN_MODULE = "dlbench.backends.torch.run"
-#: Variables a forked worker may differ in from its parent: read as the kernels run, or set by them
-#: (``torch.set_num_threads``) or by the fork (``GLIBC_TUNABLES`` as ``mallopt``).
-SET_AFTER_FORK = ("OMP_NUM_THREADS", "GLIBC_TUNABLES")
 
 _WORKERS: dict[tuple, Worker] = {}
 
@@ -47,19 +39,8 @@ def embedded_worker(env: Mapping[str, str] | None = None) -> Worker:
     worker = _WORKERS.get(key)
     if worker is None:
         close_workers()  # jobs in one process run one after another: one idle torch process at most
-        worker = _WORKERS[key] = Worker([sys.executable, "-m", EMBEDDED_MODULE], full_env, _fork_main(full_env))
+        worker = _WORKERS[key] = Worker([sys.executable, "-m", EMBEDDED_MODULE], full_env)
     return worker
-
-
-def _fork_main(env: Mapping[str, str]) -> Callable[[list[str]], int] | None:
-    """The kernels' ``main`` when this process imported it and a fork of it can be given ``env``."""
-    module = sys.modules.get(EMBEDDED_MAIN_MODULE)
-    if module is None:
-        return None  # importing torch here would cost what the fork saves
-    differing = {k for k in {*env, *os.environ} if env.get(k) != os.environ.get(k)}
-    if any(not k.startswith(NOT_CHILD_STATE) and k not in SET_AFTER_FORK for k in differing):
-        return None
-    return module.main
 
 
 def prestart_embedded(env: Mapping[str, str] | None = None) -> None:

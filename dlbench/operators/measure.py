@@ -9,6 +9,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from dlbench.config import DlbenchConfig
+from dlbench.core.collectives import is_collective
 from dlbench.core.errors import RunInterrupted, TaskFailed
 from dlbench.core.progress import progress
 from dlbench.core.values import Operation, SweepResult
@@ -24,6 +25,7 @@ def sweep_params(cfg: DlbenchConfig, entry: OperatorBenchmark, benchmark_name: s
         "op_type": cfg.benchmark.op_type if cfg.benchmark else "",
         "batch_size": cfg.batch_size,
         "dtype": cfg.dtype,
+        "fp32_math": cfg.fp32_math,
         "threads": cfg.threads,
         "keep_heap": cfg.keep_heap,
         "device": device,
@@ -32,6 +34,7 @@ def sweep_params(cfg: DlbenchConfig, entry: OperatorBenchmark, benchmark_name: s
         **{f"measure.{k}": v for k, v in asdict(cfg.measure).items()},
         "command": " ".join(entry.command),
         **({"passes": "+".join(entry.passes)} if entry.passes else {}),
+        **({"world_size": cfg.world_size} if cfg.benchmark and is_collective(cfg.benchmark.op_type) else {}),
     }
 
 
@@ -49,21 +52,29 @@ def measure_with_progress(
     workdir: Path,
     stem: str,
     quiet: bool,
+    probe: Sequence[tuple[OperatorBenchmark, Operation]] = (),
 ) -> tuple[SweepResult, SweepFiles]:
-    """``measure_operations`` with a progress bar fed by the rows the executable has written so far."""
-    bar = progress(len(operations), f"{stem}", quiet=quiet)
-    out_path = workdir / f"{stem}_out.csv"
+    """``measure_operations`` with a progress bar fed by the rows the executable has written so far, over
+    every round (``probe``: the reference operations timed in each round, see ``measure_operations``)."""
+    rounds = settings.rounds if len(operations) > 1 else 1
+    total = len(operations) * rounds
+    bar = progress(total, f"{stem}", quiet=quiet)
+    outputs = [workdir / f"{stem}_out.csv"] if rounds == 1 else [
+        workdir / f"{stem}_round{i + 1}_out.csv" for i in range(rounds)
+    ]  # fmt: skip
 
     def poll() -> None:
-        try:
-            with out_path.open("rb") as handle:
-                done = max(0, sum(1 for _ in handle) - 1)
-        except OSError:
-            return
-        bar.update(max(0, min(done, len(operations)) - bar.n))
+        done = 0
+        for path in outputs:
+            try:
+                with path.open("rb") as handle:
+                    done += max(0, sum(1 for _ in handle) - 1)
+            except OSError:
+                continue
+        bar.update(max(0, min(done, total) - bar.n))
 
     try:
-        return measure_operations(entry, operations, settings, workdir, stem=stem, on_poll=poll)
+        return measure_operations(entry, operations, settings, workdir, stem=stem, on_poll=poll, probe=probe)
     finally:
         bar.close()
 

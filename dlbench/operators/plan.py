@@ -9,7 +9,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dlbench.core.errors import TaskFailed
+from dlbench.core.errors import ConfigurationError
 from dlbench.core.values import Operation
 from dlbench.onnx.extract import Extraction
 from dlbench.operators.registry import OperatorBenchmark, Registry
@@ -22,7 +22,7 @@ def select_implementations(registry: Registry, op_type: str, backend: str, devic
         return matching
     others = registry.serving(op_type)
     offered = ", ".join(f"{e.name} (backend={e.backend}, device={','.join(e.devices)})" for e in others) or "none"
-    raise TaskFailed(
+    raise ConfigurationError(
         f"no {backend!r} benchmark for {op_type} on device {device!r} is registered; registered for {op_type}: "
         f"{offered}"
     )

@@ -4,7 +4,8 @@ Input: ``<name>.csv`` with one row ``id, p1, p2, ...`` per operation and no head
 path as its last argument and writes ``<input stem>_out.csv`` beside it: an optional header ``id, <unit>``
 (unit one of s, ms, us, ns; ms when there is no header or the column is called ``time``), optionally more
 named statistic columns (:data:`OUTPUT_COLUMNS`: ``min, max, mean, std, iqr, p10, p90, ci_low, ci_high`` in
-the same unit, ``reps``, ``converged``; empty when unknown), then one ``id, time[, ...]`` row per operation.
+the same unit, ``reps``, ``converged``; ``cpu_efficiency``, see :data:`EFFICIENCY_COLUMN`; empty when
+unknown), then one ``id, time[, ...]`` row per operation.
 It may also write ``<input stem>_samples.csv`` (``id,<unit>`` then one row per timed repetition); dlbench
 then recomputes every statistic from those samples. Measurement settings reach the program through
 environment variables (see :data:`ENV_VARS`), so the command line stays exactly the original one.
@@ -87,12 +88,17 @@ class ParsedOutput:
     problems_by_id: Mapping[int, Sequence[str]] = field(default_factory=dict)
     #: the raw samples file the statistics were recomputed from, when the executable wrote one
     samples_path: Path | None = None
+    #: by id, where the row has it: CPU time over (wall x threads that took part) while it was timed
+    cpu_efficiency: Mapping[int, float] = field(default_factory=dict)
 
 
 #: Optional statistic columns after ``id, <time>``: times in the header's unit, ``reps`` a count,
 #: ``converged`` 0/1. Missing ones (or empty cells, ``nan``, ``NA``) are missing, never 0 or 1.
 TIME_COLUMNS = ("min", "max", "mean", "std", "iqr", "p10", "p90", "ci_low", "ci_high")
 OUTPUT_COLUMNS = ("min", "max", "mean", "std", "iqr", "reps", "p10", "p90", "ci_low", "ci_high", "converged")
+#: Optional column: the row's CPU time over (wall time x threads that took part) while it was timed
+#: (:mod:`dlbench.core.contention`); where a program does not write it, dlbench reads its process tree.
+EFFICIENCY_COLUMN = "cpu_efficiency"
 _MISSING = ("", "na", "nan", "none")
 
 
@@ -248,6 +254,7 @@ def parse_output(
     factor = TIME_UNITS_TO_MS[unit]
     expected = set(expected_ids) if expected_ids is not None else None
     rows: dict[int, TimeStats] = {}
+    efficiency: dict[int, float] = {}
     first_line: dict[int, int] = {}
     by_id: dict[int, list[str]] = {}
 
@@ -293,6 +300,9 @@ def parse_output(
             continue
         first_line[op_id] = lineno
         rows[op_id] = _stats_from_columns(values, factor)
+        cpu = values.get(EFFICIENCY_COLUMN)
+        if cpu is not None and math.isfinite(cpu) and cpu > 0:
+            efficiency[op_id] = cpu
     samples_path = _samples_beside_output(path)
     samples: dict[int, list[float]] = {}
     if samples_path is not None and samples_path.is_file():
@@ -313,6 +323,7 @@ def parse_output(
         problems=problems,
         problems_by_id={k: tuple(v) for k, v in by_id.items()},
         samples_path=samples_path,
+        cpu_efficiency=efficiency,
     )
 
 
@@ -330,13 +341,27 @@ def ids_written(path: Path) -> list[int]:
     return ids
 
 
-def output_header(unit: str = "ms") -> str:
-    """The header line of an output file with every statistic column (what the embedded backends write)."""
-    return ",".join(["id", unit, *OUTPUT_COLUMNS]) + "\n"
+#: Optional last column: the median host time of issuing one call, where the device time is timed apart
+#: (CUDA events); the host lane of the GPU timeline (:mod:`dlbench.analysis.timeline`) reads it.
+LAUNCH_COLUMN = "launch"
 
 
-def output_row(op_id: int, stats: TimeStats, unit: str = "ms") -> str:
-    """One output line for ``stats``; missing statistics are empty cells."""
+def output_header(unit: str = "ms", launch: bool = False) -> str:
+    """The header line of an output file with every statistic column and the cpu efficiency (what the
+    embedded backends write), and :data:`LAUNCH_COLUMN` last with ``launch``."""
+    return ",".join(["id", unit, *OUTPUT_COLUMNS, EFFICIENCY_COLUMN, *([LAUNCH_COLUMN] if launch else [])]) + "\n"
+
+
+def output_row(
+    op_id: int,
+    stats: TimeStats,
+    unit: str = "ms",
+    cpu_efficiency: float | None = None,
+    launch_ms: float | None | bool = False,
+) -> str:
+    """One output line for ``stats`` under :func:`output_header`; missing statistics are empty cells.
+    ``launch_ms`` (None: not measured) fills the launch column of a header written with ``launch``; False: no
+    such column."""
     factor = TIME_UNITS_TO_MS[unit]
     cells = [str(op_id), repr(stats.median_ms / factor)]
     for name in OUTPUT_COLUMNS:
@@ -347,6 +372,9 @@ def output_row(op_id: int, stats: TimeStats, unit: str = "ms") -> str:
             cells.append(repr(value / factor))
         else:
             cells.append(str(int(value)))
+    cells.append("" if cpu_efficiency is None else f"{cpu_efficiency:.4f}")
+    if launch_ms is not False:
+        cells.append("" if launch_ms is None or launch_ms is True else repr(launch_ms / factor))
     return ",".join(cells) + "\n"
 
 

@@ -13,6 +13,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from dlbench.core.values import Measurement, Operation
+from dlbench.operators.registry import OperatorBenchmark, Registry
 
 #: |drift| above which an evaluation says its error includes the machine's change of speed
 DRIFT_LIMIT_PCT = 10.0
@@ -53,10 +54,54 @@ REFERENCE_OPERATIONS = (
 )
 
 
-def reference_medians(measurements: Mapping[int, Measurement]) -> dict[str, float]:
+def _conv_params(n: int, c: int, hw: int, k: int) -> dict[str, int]:
+    return {**dict(REFERENCE_OPERATIONS[1].params), "N": n, "C": c, "H": hw, "W": hw, "K": k}
+
+
+#: On a GPU the CPU's references are launch-bound (a 512^3 GEMM takes ~5 us on an H200, the launch about
+#: as long, and clocks ramp from idle under such short kernels), so their time says how busy the host was,
+#: not how fast the device is. These run for milliseconds each on a large GPU (device time from CUDA events).
+GPU_REFERENCE_OPERATIONS = (
+    Operation(
+        0,
+        "Gemm",
+        (("M", 4096), ("K", 4096), ("N", 4096), ("transA", 0), ("transB", 0), ("batch", 1)),
+        name="reference_gemm_4096",
+        flops=2.0 * 4096**3,
+    ),
+    Operation(
+        1,
+        "Conv",
+        tuple(_conv_params(64, 256, 56, 256).items()),
+        name="reference_conv_3x3_n64",
+        flops=2.0 * 64 * 256 * 56 * 56 * 256 * 9,
+    ),
+)
+
+#: Times the GPU references run untimed first, so the device's clocks are up before the first timing.
+GPU_WARMUP_ROUNDS = 1
+
+
+def reference_operations(device: str) -> tuple[Operation, ...]:
+    """The reference operations for ``device``: device-bound sizes on a GPU."""
+    return GPU_REFERENCE_OPERATIONS if device == "cuda" else REFERENCE_OPERATIONS
+
+
+def reference_benchmarks(registry: Registry, device: str) -> list[tuple[OperatorBenchmark, Operation]]:
+    """Each reference operation for ``device`` with PyTorch's benchmark of it there; those without one
+    available here are left out."""
+    chosen = []
+    for op in reference_operations(device):
+        entries = registry.serving(op.op_type, "torch", device)
+        if entries and not entries[0].unavailable_reason:
+            chosen.append((entries[0], op))
+    return chosen
+
+
+def reference_medians(measurements: Mapping[int, Measurement], device: str = "cpu") -> dict[str, float]:
     """Median ms of each reference operation that was measured, by name."""
     out = {}
-    for op in REFERENCE_OPERATIONS:
+    for op in reference_operations(device):
         m = measurements.get(op.id)
         if m is not None and m.ok:
             out[op.name] = m.stats.median_ms

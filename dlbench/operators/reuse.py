@@ -6,6 +6,7 @@ corrupt file is set aside with a warning and rebuilt, never a reason to fail."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 import sqlite3
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import TypeVar
 
 from dlbench.core.values import Operation, SweepResult, TimeStats
+from dlbench.onnx.opdb import operation_key
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +73,15 @@ class Reused:
 
 
 def operation_params(op: Operation) -> str:
-    return json.dumps([[d, v] for d, v in op.params], separators=(",", ":"))
+    """The operation's part of the key: its parameters and, where it has them, a digest of its inputs' shapes
+    and ONNX node (:func:`dlbench.onnx.opdb.operation_key`): two Concats with the same output and other
+    inputs have the same parameters but are other problems."""
+    params = json.dumps([[d, v] for d, v in op.params], separators=(",", ":"))
+    _, _, shapes, node = operation_key(op)
+    if not shapes and node is None:
+        return params
+    digest = hashlib.sha1(repr((shapes, node)).encode(), usedforsecurity=False).hexdigest()[:16]
+    return f"{params}|{digest}"
 
 
 def costs(operations: Sequence[Operation], result: SweepResult, warmup: int) -> dict[int, float]:
@@ -191,12 +201,13 @@ class ReuseStore:
         cost_s: Mapping[int, float],
         run_id: str,
     ) -> int:
-        """Store every operation measured ok; returns how many."""
+        """Store every operation measured ok (not one measured while its threads waited for cores); returns how
+        many."""
         now = time.time()
         rows = []
         for op in operations:
             m = result.measurements.get(op.id)
-            if m is None or not m.ok or m.stats is None:
+            if m is None or not m.ok or m.contended or m.stats is None:
                 continue
             stats = {f: getattr(m.stats, f) for f in STAT_FIELDS}
             rows.append(

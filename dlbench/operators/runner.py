@@ -2,32 +2,34 @@
 
 from __future__ import annotations
 
+import math
+import random
 import re
-import sys
+import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dlbench.config import DlbenchConfig
-from dlbench.core import interrupts
 from dlbench.core.allocator import allocator_environment
+from dlbench.core.contention import contention_limit
 from dlbench.core.cores import resolve_threads
 from dlbench.core.interference import InterferenceWatch
-from dlbench.core.process import ProcessResult, run_command
+from dlbench.core.process import STDERR_KEEP_BYTES
 from dlbench.core.settings import EXECUTABLE_SETTINGS, default, to_environment
-from dlbench.core.values import Measurement, Operation, SweepResult, TimeStats
-from dlbench.operators.align import AlignmentError, align_operation, misfit
-from dlbench.operators.embedded import is_embedded, run_embedded
-from dlbench.operators.node_file import nodes_path_for, write_nodes
-from dlbench.operators.protocol import (
-    ProtocolError,
-    ids_written,
-    output_path_for,
-    parse_output,
-    samples_path_for,
-    write_input,
-)
+from dlbench.core.values import Measurement, Operation, SweepResult
+from dlbench.operators.invocation import Invocation, align_rows, invoke_once
+from dlbench.operators.protocol import ids_written, output_path_for, samples_path_for
 from dlbench.operators.registry import OperatorBenchmark
+from dlbench.operators.rounds import (
+    RoundResult,
+    combine_rounds,
+    measured_again,
+    probe_report,
+    round_share,
+    shuffled,
+    write_combined,
+)
 
 
 @dataclass(frozen=True)
@@ -43,16 +45,22 @@ class RunSettings:
     threads: int = int(default("threads"))
     device: str = str(default("device"))
     dtype: str = str(default("dtype"))
+    fp32_math: str = str(default("fp32_math"))
     timeout_s: float = 600.0
     op_budget_s: float = float(default("op_budget_s"))
     memory_fraction: float = float(default("memory_fraction"))
     caches: str = str(default("caches"))
     #: start the executable with the allocator keeping freed memory (:mod:`dlbench.core.allocator`)
     keep_heap: bool = True
+    #: interleaved rounds (:mod:`dlbench.operators.rounds`). A sweep's config asks for ``measure.rounds``
+    #: (default 4); called directly, the runner measures each operation in one block unless asked
+    rounds: int = 1
+    #: cpu efficiency below which an operation is contended (:mod:`dlbench.core.contention`); 0: never
+    contended_below: float = float(default("contended_below"))
 
     def environment(self) -> dict[str, str]:
         """The ``DLBENCH_*`` variables of :mod:`dlbench.core.settings` (and OpenMP's thread count)."""
-        keys = [s.key for s in EXECUTABLE_SETTINGS if s.key != "verify"]
+        keys = [s.key for s in EXECUTABLE_SETTINGS if s.key != "verify"]  # not rounds: the runner's own
         env = to_environment({key: getattr(self, key) for key in keys})
         if self.threads > 0:
             env["OMP_NUM_THREADS"] = str(self.threads)
@@ -66,6 +74,8 @@ class SweepFiles:
     output_csv: Path
     stderr_txt: Path
     samples_csv: Path | None = None
+    #: every round of every operation, when measured in interleaved rounds
+    rounds_csv: Path | None = None
 
 
 def sweep_files(workdir: Path, stem: str) -> SweepFiles:
@@ -73,12 +83,6 @@ def sweep_files(workdir: Path, stem: str) -> SweepFiles:
     return SweepFiles(
         input_csv, output_path_for(input_csv), workdir / f"{stem}_stderr.txt", samples_path_for(input_csv)
     )
-
-
-def _stderr_lines_about(stderr: str, op_id: int) -> str:
-    pattern = re.compile(rf"\bid\s*[:=]?\s*{op_id}\b")
-    hits = [line.strip() for line in stderr.splitlines() if pattern.search(line)]
-    return "; ".join(hits[:3])
 
 
 def failure_summary(result: SweepResult, shown_ids: int = 5, shown_reasons: int = 6) -> list[str]:
@@ -109,109 +113,147 @@ def measure_operations(
     workdir: Path,
     stem: str | None = None,
     on_poll: Callable[[], None] | None = None,
+    probe: Sequence[tuple[OperatorBenchmark, Operation]] = (),
 ) -> tuple[SweepResult, SweepFiles]:
-    """Run ``benchmark`` once for all ``operations``; every operation gets a measurement or an error.
+    """Measure every operation with ``benchmark`` in ``settings.rounds`` interleaved rounds
+    (:mod:`dlbench.operators.rounds`); every operation gets a measurement or an error.
 
     Nothing measured is dropped: a crash, a timeout or malformed rows fail only the operations they
-    touch, and the run-wide problem is reported in ``SweepResult.run_error``. On Ctrl-C or SIGTERM the
-    executable's process group is stopped and the rows written so far are returned with
-    ``interrupted=True``; the caller logs them and re-raises.
+    touch (an operation measured in another round keeps that round, with a note), and the run-wide problem
+    is reported in ``SweepResult.run_error``. An operation whose threads waited for cores in every round is
+    measured once more at the end, and stays ``contended`` if it waits again. ``probe``: reference
+    operations timed at each round's start and after the last (their drift in ``SweepResult.extra``). On
+    Ctrl-C or SIGTERM the executable's process group is stopped and what was measured so far is returned
+    with ``interrupted=True``; the caller logs it and re-raises.
     """
     files = sweep_files(workdir, stem or benchmark.name)
     workdir.mkdir(parents=True, exist_ok=True)
-    measurements: dict[int, Measurement] = {}
-    rows = []
-    for op in operations:
-        try:
-            values = align_operation(
-                op, benchmark.param_descr, benchmark.permutations, benchmark.name, benchmark.node_file
-            )
-            rows.append((op.id, values))
-        except AlignmentError as err:
-            measurements[op.id] = misfit(op.id, err)
+    rows, measurements = align_rows(benchmark, operations)
     if not rows:
         return SweepResult(measurements, run_error="no operation could be aligned to param_descr"), files
-    write_input(files.input_csv, rows)
-    if benchmark.node_file:  # the executable reads each operation's ONNX node beside the input
-        aligned = {op_id for op_id, _ in rows}
-        write_nodes(nodes_path_for(files.input_csv), [op for op in operations if op.id in aligned])
+    rounds = settings.rounds if len(rows) > 1 else 1  # one operation: nothing to interleave
+    limit = contention_limit(settings.device, settings.contended_below)
+    base = files.input_csv.stem
+    for old in [*workdir.glob(f"{base}_round*"), *workdir.glob(f"{base}_again*"), *workdir.glob(f"{base}_probe*")]:
+        old.unlink(missing_ok=True)
     files.output_csv.unlink(missing_ok=True)
-    command = [*benchmark.command, str(files.input_csv)]
-    interrupted = False
-    interrupt = ""
-    start_error = ""
-    # what else the machine does while the benchmark runs (per run and per result row)
-    watch = InterferenceWatch(settings.threads, settings.device, lambda: ids_written(files.output_csv), benchmark.name)
-    run = run_embedded if is_embedded(command[:-1]) else run_command  # the torch kernels: a persistent worker
-    try:
-        interrupts.check()  # a Ctrl-C a library lost since the job started: measure nothing more
-        with watch:
-            process = run(
-                command,
-                timeout=settings.timeout_s,
-                env=settings.environment(),
-                cwd=workdir,
-                stderr_path=files.stderr_txt,
-                on_poll=on_poll,
-            )
-    except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see core.interrupts
-        interrupted = True
-        interrupt = type(err).__name__
-        stderr = files.stderr_txt.read_text(errors="replace") if files.stderr_txt.exists() else ""
-        process = ProcessResult(returncode=None, timed_out=False, stdout="", stderr=stderr, seconds=0.0)
-    except OSError as err:  # the program could not start at all: not executable, bad interpreter line
-        files.stderr_txt.write_text(f"{err}\n", encoding="utf-8")
-        process = ProcessResult(returncode=None, timed_out=False, stdout="", stderr=str(err), seconds=0.0)
-        start_error = f"could not be started: {err}"
-    else:
-        start_error = ""
-    exe = " ".join(benchmark.command[:3]) if benchmark.command[0] == sys.executable else benchmark.command[0]
-    failure = "was interrupted" if interrupted else start_error or process.describe_failure()
-    run_errors = [f"{benchmark.name} ({exe}) {failure}"] if failure else []
-    expected = [op_id for op_id, _ in rows]
-    parsed_rows: dict[int, TimeStats] = {}
-    problems: list[str] = []
-    problems_by_id: dict[int, list[str]] = {}
-    try:
-        parsed = parse_output(
-            files.output_csv, expected, target_rel_ci=settings.target_rel_ci, asked_reps=settings.min_reps
-        )
-        parsed_rows, problems = dict(parsed.rows), list(parsed.problems)
-        problems_by_id = {k: list(v) for k, v in parsed.problems_by_id.items()}
-    except ProtocolError as err:
-        if not (interrupted and not files.output_csv.exists()):
-            run_errors.append(f"{benchmark.name} ({exe}): {err}")
-    attributed = {p for found in problems_by_id.values() for p in found}
-    unexplained = [p for p in problems if p not in attributed]
-    for op_id in expected:
-        if op_id in parsed_rows and op_id not in problems_by_id:
-            measurements[op_id] = Measurement(op_id, parsed_rows[op_id])
+    if rounds > 1:
+        files = replace(files, rounds_csv=workdir / f"{base}_rounds.csv")
+    seed = random.SystemRandom().randrange(2**32)
+    rng = random.Random(seed)
+    deadline = math.inf  # set as the first invocation starts: the interference probe's time is not the program's
+    current = [files.output_csv]
+    watch = InterferenceWatch(settings.threads, settings.device, lambda: ids_written(current[0]), benchmark.name)
+    results: dict[int, list[RoundResult]] = {}
+    again: dict[int, RoundResult] = {}
+    failures: dict[int, str] = {}
+    run_errors: list[str] = []
+    probe_ms: dict[str, list[float]] = {}
+    stderr_parts: list[str] = []
+    stopped: list[str] = []  # the interrupt's kind, as the interrupted invocation saw it
+    seconds = 0.0
+
+    def invoke(entry, ops, todo, share, round_files) -> Invocation:
+        nonlocal seconds, deadline
+        if deadline == math.inf:
+            deadline = time.perf_counter() + settings.timeout_s
+        remaining = max(deadline - time.perf_counter(), 0.1)
+        inv = invoke_once(entry, ops, todo, replace(share, timeout_s=remaining), round_files, on_poll)
+        seconds += inv.process.seconds
+        if entry is benchmark:
+            stderr_parts.append(inv.process.stderr)
+            run_errors.extend(e for e in inv.run_errors if e not in run_errors)
+        if inv.interrupted:
+            stopped.append(inv.interrupt)
+        return inv
+
+    def probe_now(share: RunSettings, label: str) -> None:
+        # a probe reading needs its median to a percent or two, not the operations' settings: ~0.1 s each; the
+        # first one warms up longer (a worker's first calls of a kernel run slow: set-up, not drift)
+        light = replace(
+            share, warmup=10 if label == "round1" else 1, min_reps=min(share.min_reps, 10),
+            min_time_s=min(share.min_time_s, 0.05), max_time_s=min(share.max_time_s, 0.1),
+        )  # fmt: skip
+        for entry, op in probe:
+            probe_rows = align_rows(entry, [op])[0]
+            inv = invoke(entry, [op], probe_rows, light, sweep_files(workdir, f"{base}_probe{op.id}_{label}"))
+            if op.id in inv.stats:
+                probe_ms.setdefault(op.label, []).append(inv.stats[op.id].median_ms)
+            if inv.interrupted:
+                raise KeyboardInterrupt
+
+    def combined() -> dict[int, Measurement]:
+        return {
+            op_id: combine_rounds(op_id, found, rounds, settings.target_rel_ci, settings.min_reps, limit)
+            for op_id, found in results.items()
+        }
+
+    with watch:
+        try:
+            for index in range(rounds):
+                # an operation that failed is not tried again, unless it was measured in an earlier round
+                todo = [row for row in rows if row[0] not in failures or row[0] in results]
+                if not todo or time.perf_counter() >= deadline:
+                    break
+                share = replace(settings, **round_share(settings, rounds, index))
+                probe_now(share, f"round{index + 1}")
+                round_files = files if rounds == 1 else sweep_files(workdir, f"{base}_round{index + 1}")
+                current[0] = round_files.output_csv
+                order = shuffled(todo, rng) if rounds > 1 else todo
+                inv = invoke(benchmark, operations, order, share, round_files)
+                failures.update(inv.failures)
+                for position, (op_id, _) in enumerate(order):
+                    if op_id in inv.stats:
+                        results.setdefault(op_id, []).append(RoundResult(
+                            index, position, inv.stats[op_id], tuple(inv.samples.get(op_id, ())),
+                            inv.efficiency.get(op_id),
+                        ))  # fmt: skip
+                if inv.interrupted:  # after keeping what the round measured
+                    raise KeyboardInterrupt
+            if results:
+                probe_now(replace(settings, **round_share(settings, rounds, rounds - 1)), "end")
+            so_far = combined()
+            waited = [op for op in operations if op.id in so_far and so_far[op.id].contended]
+            if waited and time.perf_counter() < deadline:  # once, with the whole share, at the sweep's end
+                redo_rows = [row for row in rows if row[0] in {op.id for op in waited}]
+                inv = invoke(benchmark, waited, redo_rows, settings, sweep_files(workdir, f"{base}_again"))
+                for op in waited:
+                    if op.id in inv.stats:
+                        again[op.id] = RoundResult(
+                            rounds, 0, inv.stats[op.id], tuple(inv.samples.get(op.id, ())), inv.efficiency.get(op.id)
+                        )
+                if inv.interrupted:
+                    raise KeyboardInterrupt
+        except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see core.interrupts
+            if not stopped:
+                stopped.append(type(err).__name__)
+    for op_id, m in combined().items():
+        if op_id in again or m.contended:
+            m = measured_again(m, again.get(op_id), limit)
+        if op_id in failures and m.stats is not None:
+            m = replace(m, stats=m.stats.with_note(f"failed in a round: {failures[op_id]}"))
+        measurements[op_id] = m
+    interrupted = bool(stopped)
+    for op_id, _ in rows:
+        if op_id in measurements:
             continue
-        if interrupted and op_id not in problems_by_id:
-            measurements[op_id] = Measurement(op_id, None, "not measured: the sweep was interrupted")
-            continue
-        reason = "; ".join(problems_by_id.get(op_id, [])) or f"no result row for id {op_id} in {files.output_csv}"
-        hint = _stderr_lines_about(process.stderr, op_id)
-        if hint:
-            reason += f" (stderr: {hint})"
+        reason = failures.get(op_id) or (
+            "not measured: the sweep was interrupted" if interrupted
+            else f"not measured: the timeout of {settings.timeout_s:g} s was spent before its round"
+        )  # fmt: skip
         measurements[op_id] = Measurement(op_id, None, reason)
-    if unexplained:
-        more = f" (and {len(unexplained) - 20} more)" if len(unexplained) > 20 else ""
-        run_errors.append("\n".join(unexplained[:20]) + more)
-    if run_errors and process.stderr.strip() and not interrupted:
-        run_errors[0] += f" (its stderr: {files.stderr_txt})"
+    stderr = "".join(stderr_parts)
+    if len(stderr) > STDERR_KEEP_BYTES:  # each round's tail is bounded; so is their sum
+        dropped = len(stderr) - STDERR_KEEP_BYTES
+        stderr = f"[... {dropped} earlier characters dropped ...]\n{stderr[-STDERR_KEEP_BYTES:]}"
+    if rounds > 1:
+        write_combined(files, rows, results, again, measurements, limit, stderr, seed)
     ordered = {op.id: measurements[op.id] for op in operations}
-    return (
-        SweepResult(
-            ordered,
-            run_error="\n".join(run_errors),
-            stderr=process.stderr,
-            interrupted=interrupted,
-            extra={"seconds": process.seconds, **({"interrupt": interrupt} if interrupt else {})},
-            interference=watch.report,
-        ),
-        files,
-    )
+    extra = {"seconds": seconds, "rounds": rounds, **({"interrupt": stopped[0]} if interrupted else {})}
+    extra.update(probe_report(probe_ms, ordered))
+    result = SweepResult(ordered, run_error="\n".join(run_errors), stderr=stderr, interrupted=interrupted,
+                         extra=extra, interference=watch.report)  # fmt: skip
+    return result, files
 
 
 def run_settings(cfg: DlbenchConfig, device: str) -> RunSettings:
@@ -226,9 +268,12 @@ def run_settings(cfg: DlbenchConfig, device: str) -> RunSettings:
         threads=resolve_threads(cfg.threads),  # 0: all physical cores, decided here so the run records it
         device=device,
         dtype=cfg.dtype,
+        fp32_math=cfg.fp32_math,
         timeout_s=cfg.timeout,
         op_budget_s=m.op_budget_s,
         memory_fraction=m.memory_fraction,
         caches=m.caches,
         keep_heap=cfg.keep_heap,
+        rounds=m.rounds,
+        contended_below=m.contended_below,
     )

@@ -17,11 +17,12 @@ import pandas as pd
 
 from dlbench import __version__
 from dlbench.analysis.report import log_sweep, log_workload, print_summary
-from dlbench.analysis.results import summary_metrics, time_by_op_type
+from dlbench.analysis.results import interference_record, summary_metrics, time_by_op_type
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.device import resolve_device
 from dlbench.core.errors import TaskFailed
+from dlbench.core.interference import InterferenceReport
 from dlbench.core.values import Measurement, Operation, SweepResult
 from dlbench.onnx.opdb import operations_frame
 from dlbench.onnx.report import (
@@ -79,6 +80,7 @@ class Reuse:
     def key(self, cfg: DlbenchConfig, entry: OperatorBenchmark, device: str) -> ReuseKey:
         settings = {k: v for k, v in asdict(cfg.measure).items() if k != "memory_fraction"}
         settings["keep_heap"] = int(cfg.keep_heap)  # another allocator behaviour is another measurement
+        settings["fp32_math"] = cfg.fp32_math  # float32 on TF32 tensor cores is another measurement
         command = " ".join([*entry.command, "|", *entry.param_descr])
         return ReuseKey(self.system_id, entry.name, command, device, cfg.dtype, cfg.threads, settings, __version__)
 
@@ -179,8 +181,11 @@ def benchmark_model(
 
     settings = run_settings(cfg, device)
     failures: list[str] = []
-    model_total_ms = 0.0
+    served = {op.id for _, ops in plan.assignments for op in ops}
+    # the sum over benchmarks, and the operations without a time in it (unserved ones included)
+    model_total_ms, missing = 0.0, sum(1 for op in operations if op.id not in served)
     measured: list[pd.DataFrame] = []
+    reports: list[tuple[str, InterferenceReport]] = []
     reused_before, measured_before, saved_before = reuse.reused, reuse.measured, reuse.saved_s
     params = {
         **extraction_params(extraction, forward),
@@ -229,7 +234,8 @@ def benchmark_model(
                         run_error=result.run_error,
                         stderr=result.stderr,
                         interrupted=result.interrupted,
-                        extra=result.extra,
+                        extra={**result.extra, "reused": tuple(found)},
+                        interference=result.interference,  # the record of what this run measured
                     )
                     results = log_sweep(child, cfg, ops, combined, files, run_name)
                     results.insert(4, "pass", [unfolding.pass_of(op.id) for op in ops])
@@ -238,7 +244,11 @@ def benchmark_model(
                     child.log_metrics({"operations_reused": float(len(found)),
                                        "operations_new": float(len(to_measure))})  # fmt: skip
                     print_summary(results, run_name, child.run_id, result)
-                    model_total_ms += summary_metrics(results).get("total_time_ms", 0.0)
+                    totals = summary_metrics(results)
+                    model_total_ms += totals.get("total_time_ms", totals.get("partial_total_time_ms", 0.0))
+                    missing += int(totals["operations_missing"])
+                    if result.interference is not None:
+                        reports.append((entry.name, result.interference))
                     measured.append(results)
                     reuse.reused += len(found)
                     reuse.measured += len(to_measure)
@@ -249,8 +259,15 @@ def benchmark_model(
                 log.error("%s", err)
         coverage = coverage_frame(extraction, plan, measured)
         parent.log_table(coverage, "coverage.csv")
+        interference, noisy = interference_record(reports)
+        if reports:
+            parent.set_tags(noisy)
+        busy = sum(int(frame["machine_busy"].eq(True).sum()) for frame in measured if "machine_busy" in frame)
+        total = {"partial_model_total_ms" if missing else "model_total_ms": model_total_ms}
         parent.log_metrics({
-            "model_total_ms": model_total_ms, **time_by_op_type(measured), **time_share_metrics(coverage),
+            **total, "operations_missing": float(missing), "totals_complete": float(not missing), **interference,
+            **({"operations_machine_busy": float(busy)} if reports else {}),
+            **time_by_op_type(measured), **time_share_metrics(coverage),
             "operations_reused": float(reuse.reused - reused_before),
             "operations_new": float(reuse.measured - measured_before),
             "reuse_saved_s": reuse.saved_s - saved_before,
@@ -259,7 +276,7 @@ def benchmark_model(
             parent.log_table(pd.concat(measured, ignore_index=True), "model_results.csv")
         print(
             f"\nMLflow run {parent.run_id} ({parent.target.uri}, experiment {parent.target.experiment}); "
-            f"sum over benchmarks of median x count: {model_total_ms:.4g} ms; operations: "
+            f"sum over benchmarks of median x count: {model_total_text(model_total_ms, missing)}; operations: "
             f"{reuse.measured - measured_before} measured, {reuse.reused - reused_before} reused (about "
             f"{reuse.saved_s - saved_before:.1f} s of measuring saved)"
         )
@@ -268,6 +285,12 @@ def benchmark_model(
     if failures:
         raise TaskFailed("\n".join(failures))
     return summary
+
+
+def model_total_text(total_ms: float, missing: int) -> str:
+    if missing:
+        return f"NA ({missing} operations without a time; the others sum to {total_ms:.4g} ms)"
+    return f"{total_ms:.4g} ms"
 
 
 def nothing_served(backend: str, device: str, path: str, coverage: pd.DataFrame) -> str:

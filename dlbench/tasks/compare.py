@@ -30,6 +30,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         evaluation_table,
         evaluation_totals,
         implementations_side_by_side,
+        left_out_totals,
         run_totals,
         training_totals,
     )
@@ -96,11 +97,16 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             (tables["training.csv"], "step_time_ms", "training step time (median)", "training_step_time_vs_batch"),
             (tables["training.csv"], "samples_per_s", "training samples/s (median)", "training_samples_per_s_vs_batch"),
         )
+        left_out = left_out_totals(used)
         for frame, value, what, file_name in batch_plots:
             for benchmark, sub in frame.groupby("benchmark"):
                 if figures >= MAX_FIGURES or sub["batch_size"].nunique() < 2:
                     continue
-                fig = plot_time_vs_batch(sub, f"{benchmark}: {what}", value=value)
+                title = f"{benchmark}: {what}"
+                partial = left_out.get(str(benchmark), 0) if value in ("total_time_ms", "time_per_sample_ms") else 0
+                if partial:  # a sum with holes is not drawn beside complete ones
+                    title += f"\ncomplete runs only: {partial} with operations missing left out (problems.csv)"
+                fig = plot_time_vs_batch(sub, title, value=value)
                 run.log_figure(fig, f"plots/{benchmark}_{file_name}.png")
                 plt.close(fig)
                 figures += 1
@@ -130,6 +136,7 @@ def print_comparison(
     run_name: str, run_id: str, runs: pd.DataFrame, tables: dict, problems: list, out_dir: Path
 ) -> None:
     wanted = ("kind", "benchmark", "implementation", "system", "batch_size", "total_time_ms", "time_per_sample_ms",
+              "partial_total_time_ms",
               "step_time_s_median", "samples_per_s_median", "step_time_predicted_ms", "step_time_measured_ms",
               "bandwidth_gbs", "noisy", "repeats")  # fmt: skip
     shown = [c for c in wanted if c in runs.columns]

@@ -12,11 +12,14 @@ import logging
 import os
 import shlex
 import shutil
-from dataclasses import asdict, replace
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
 
 import pandas as pd
 
 from dlbench.analysis import match
+from dlbench.analysis.data_parallel import predict_data_parallel
 from dlbench.analysis.evaluation import Evaluation, log_evaluation, print_evaluation
 from dlbench.analysis.match import match_profile, profile_per_step
 from dlbench.analysis.predict import (
@@ -30,12 +33,15 @@ from dlbench.analysis.predict import (
     prediction_terms,
 )
 from dlbench.analysis.report import log_workload
+from dlbench.analysis.results import interference_record
+from dlbench.analysis.timeline import gpu_step, host_framework_ms, lane_breakdown
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.descriptors import DTYPE_BYTES, operation_cost
 from dlbench.core.device import resolve_device
-from dlbench.core.errors import TaskFailed
-from dlbench.core.values import Measurement, Operation
+from dlbench.core.errors import ConfigurationError, TaskFailed
+from dlbench.core.interference import InterferenceReport
+from dlbench.core.values import Measurement, Operation, SweepResult
 from dlbench.onnx import unfold
 from dlbench.onnx.errors import ExtractionError
 from dlbench.onnx.extract import extract_operations
@@ -43,7 +49,7 @@ from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.step import graph_facts, training_step
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import model_coverage, plan_benchmarks
-from dlbench.operators.reference import REFERENCE_OPERATIONS, Drift, reference_medians
+from dlbench.operators.reference import GPU_WARMUP_ROUNDS, Drift, reference_benchmarks, reference_medians
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
 from dlbench.tracking.runs import job_run_name, open_run
@@ -57,6 +63,7 @@ from dlbench.training.scripts import (
     run_training,
     training_entry,
 )
+from dlbench.training.trace import read_trace
 
 #: The optimizer update's op_type; training runs PyTorch's optimizer whatever the backend measures
 SGD_OP_TYPE = "SGD"
@@ -81,7 +88,27 @@ def match_table(cfg: DlbenchConfig):
     return match.load_table()
 
 
-def measure_step(cfg: DlbenchConfig, ctx: AppContext, operations, device: str, run) -> tuple[dict, dict, object]:
+@dataclass
+class MachineRecord:
+    """What else the machine did while each benchmark of the evaluation measured: the reports, and per
+    operation whether its time was taken on a busy machine. The run's ``dlbench.noisy`` follows each report
+    (a run that fails later keeps it)."""
+
+    run: Any
+    reports: list[tuple[str, InterferenceReport]] = field(default_factory=list)
+    busy: dict[int, bool] = field(default_factory=dict)
+
+    def add(self, name: str, result: SweepResult, operations: Sequence[Operation]) -> None:
+        if result.interference is not None:
+            self.reports.append((name, result.interference))
+            for op in operations:
+                self.busy[op.id] = bool(result.interference.operation_columns(op.id)["machine_busy"])
+            self.run.set_tags(interference_record(self.reports)[1])
+
+
+def measure_step(
+    cfg: DlbenchConfig, ctx: AppContext, operations, device: str, run, machine: MachineRecord
+) -> tuple[dict, dict, object]:
     """Every operation some available benchmark of ``cfg.backend`` serves, measured; protocol files logged."""
     registry = load_registry(ctx.config_dirs)
     plan = plan_benchmarks(registry, operations, cfg.backend, device)
@@ -103,14 +130,15 @@ def measure_step(cfg: DlbenchConfig, ctx: AppContext, operations, device: str, r
         for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
             if path is not None and path.exists():
                 run.log_artifact(path, "protocol")
-        if result.interference is not None and result.interference.noisy:  # any noisy benchmark: a noisy run
-            run.set_tags({"dlbench.noisy": "true", "dlbench.noisy_reason": result.interference.reason})
+        machine.add(entry.name, result, ops)
         if result.interrupted:
             raise KeyboardInterrupt(f"{entry.name} was interrupted")
     return measurements, implementations, plan
 
 
-def measure_framework(cfg: DlbenchConfig, ctx: AppContext, registry: Registry, device: str, run) -> dict[str, float]:
+def measure_framework(
+    cfg: DlbenchConfig, ctx: AppContext, registry: Registry, device: str, run, machine: MachineRecord
+) -> dict[str, float]:
     """ms per one-element operator of PyTorch's plain dispatch, autograd recording and autograd engine (the
     FrameworkOverhead benchmark of the torch backend: training runs PyTorch whatever ``backend`` measures)."""
     entries = registry.serving(FRAMEWORK_OP_TYPE, "torch", device)
@@ -127,8 +155,7 @@ def measure_framework(cfg: DlbenchConfig, ctx: AppContext, registry: Registry, d
     for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
         if path is not None and path.exists():
             run.log_artifact(path, "protocol")
-    if result.interference is not None and result.interference.noisy:
-        run.set_tags({"dlbench.noisy": "true", "dlbench.noisy_reason": result.interference.reason})
+    machine.add(entries[0].name, result, operations)
     if result.interrupted:
         raise KeyboardInterrupt(f"{entries[0].name} was interrupted")
     return {
@@ -142,18 +169,18 @@ def measure_reference(
     cfg: DlbenchConfig, ctx: AppContext, registry: Registry, device: str, when: str
 ) -> dict[str, float]:
     """Median ms of the reference operations (:mod:`dlbench.operators.reference`) now, with PyTorch's kernels
-    and the benchmarks' settings; those without a torch benchmark here are left out."""
+    and the benchmarks' settings; those without a torch benchmark here are left out. On a GPU: device-bound
+    sizes, timed with CUDA events after a round that brings the clocks up from idle."""
     medians: dict[str, float] = {}
-    for op in REFERENCE_OPERATIONS:
-        entries = registry.serving(op.op_type, "torch", device)
-        if not entries or entries[0].unavailable_reason:
-            continue
-        result, _ = measure_with_progress(
-            entries[0], [op], run_settings(cfg, device), ctx.output_dir / "protocol", f"{op.name}_{when}", True
-        )  # a stem per operation: the GEMM's and the convolution's protocol files stay apart
-        if result.interrupted:
-            raise KeyboardInterrupt(f"{entries[0].name} was interrupted")
-        medians.update(reference_medians(result.measurements))
+    rounds = (GPU_WARMUP_ROUNDS if device == "cuda" else 0) + 1
+    for entry, op in reference_benchmarks(registry, device):
+        for _ in range(rounds):  # the last round counts
+            result, _ = measure_with_progress(
+                entry, [op], run_settings(cfg, device), ctx.output_dir / "protocol", f"{op.name}_{when}", True
+            )  # a stem per operation: the GEMM's and the convolution's protocol files stay apart
+            if result.interrupted:
+                raise KeyboardInterrupt(f"{entry.name} was interrupted")
+        medians.update(reference_medians(result.measurements, device))
     return medians
 
 
@@ -190,7 +217,7 @@ def evaluation_params(cfg: DlbenchConfig, entry, device: str, table, unfold_tabl
 def with_evaluation_caches(cfg: DlbenchConfig) -> DlbenchConfig:
     """The config the evaluation measures with: ``measure.caches`` is ``evaluate.caches`` (and logged so)."""
     if cfg.evaluate.caches == "cold" and cfg.backend != "torch":
-        raise TaskFailed(
+        raise ConfigurationError(
             f"backend={cfg.backend} times its kernels with hot caches only, and evaluate.caches=cold (the default) "
             "needs the embedded torch kernels: add evaluate.caches=hot, or use backend=torch"
         )
@@ -200,7 +227,7 @@ def with_evaluation_caches(cfg: DlbenchConfig) -> DlbenchConfig:
 def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     bench = cfg.benchmark
     if bench is None or bench.kind != "training":
-        raise TaskFailed("task=evaluate needs a training benchmark, e.g. +benchmark=resnet_cifar task=evaluate")
+        raise ConfigurationError("task=evaluate needs a training benchmark, e.g. +benchmark=resnet_cifar task=evaluate")
     cfg = with_evaluation_caches(cfg)
     registry = load_registry(ctx.config_dirs)
     entry, arguments = training_entry(cfg, registry)
@@ -249,7 +276,8 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         run.set_tags({"dlbench.model_sha256": extraction.sha256})
         log_workload(run, step.operations, f"{bench.name}-training-step", str(trained.model_path))
         run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations)})
-        measurements, implementations, plan = measure_step(cfg, ctx, step.operations, device, run)
+        machine = MachineRecord(run)
+        measurements, implementations, plan = measure_step(cfg, ctx, step.operations, device, run, machine)
 
         time_column = "self_device_us" if device == "cuda" else "self_cpu_us"
         profile = profile_per_step(trained.profile_dir, time_column)
@@ -260,7 +288,10 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         }
         matched = match_profile(profile, step.operations, step.passes, table, weights)
         frame = prediction_frame(step, measurements, implementations, matched.assigned_us)
-        framework_ms = measure_framework(cfg, ctx, registry, device, run)
+        framework_ms = measure_framework(cfg, ctx, registry, device, run, machine)
+        frame["machine_busy"] = frame["id"].map(machine.busy)
+        if device == "cuda":  # the framework's cost is the host's: its issuing time, not the events' span
+            framework_ms = host_framework_ms(ctx.output_dir / "protocol", framework_ms)
         bracket: dict[str, float] = {}
         if cfg.evaluate.bracket:
             log.info("training %s again after the benchmarks (evaluate.bracket)", entry.name)
@@ -271,12 +302,31 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         drift = Drift(reference_before, measure_reference(cfg, ctx, registry, device, "after"))
         layout = len(extraction.layout_nodes)
         terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, layout, framework_ms))
+        ran_with = effective_params(trained.facts)
+        data_parallel: dict[str, float] = {}
+        if "bucket_cap_mb" in ran_with:  # a DistributedDataParallel script: its gradient all-reduce too
+            world_size = int(ran_with.get("world_size", cfg.world_size))
+            terms, data_parallel = predict_data_parallel(
+                registry, device, run_settings(cfg, device), ctx.output_dir / "protocol", cfg.quiet, run,
+                ran_with, world_size, frame, terms,
+            )  # fmt: skip
         coverage = model_coverage(extraction, plan.served_types)
-        metrics = prediction_metrics(frame, matched, measured_ms, profiled_ms, terms)
+        timeline = None
+        if device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
+            timeline = gpu_step(frame, terms, ctx.output_dir / "protocol", profile["name"],
+                                framework_ms.get("dispatch", 0.0))  # fmt: skip
+        metrics = prediction_metrics(frame, matched, measured_ms, profiled_ms, terms,
+                                     timeline.step_us / 1e3 if timeline else None)  # fmt: skip
+        if timeline is not None:
+            metrics.update({"predicted_host_ms": timeline.host_end_us / 1e3,
+                            "predicted_device_busy_ms": timeline.device_busy_us / 1e3})  # fmt: skip
+            metrics.update(traced_lanes(trained.profile_dir))
+        metrics.update(data_parallel)
         metrics.update(coverage.metrics())
         metrics.update({"load_average_start": load_start, "load_average_end": os.getloadavg()[0]})
         metrics.update(drift.metrics())
         metrics.update(bracket)
+        metrics.update(interference_record(machine.reports)[0])
         notes = list(step.notes) + [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
         drift_note = drift.note()
         if drift_note:
@@ -292,6 +342,18 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             run.log_artifact(workdir / "stderr.txt")
         print_evaluation(run.run_name, run.run_id, evaluation)
     return 0
+
+
+def traced_lanes(profile_dir) -> dict[str, float]:
+    """The first profiled step's two lanes (device busy/idle, host in operators/waiting/outside), from its
+    trace; none when it has no readable trace."""
+    traces = sorted(profile_dir.glob("batch_*_trace.json"))
+    try:
+        lanes = lane_breakdown(read_trace(traces[0])) if traces else {}
+    except ValueError as err:
+        log.warning("no two-lane breakdown of the profiled step: %s", err)
+        lanes = {}
+    return {f"lanes.{name}": value for name, value in lanes.items()}
 
 
 def script_params(facts: dict, already: dict[str, object]) -> dict[str, object]:

@@ -14,6 +14,7 @@ from dlbench.core.values import SweepResult
 from dlbench.operators.measure import measure_with_progress, operations_digest, raise_for_result, sweep_params
 from dlbench.operators.passes import with_passes
 from dlbench.operators.plan import select_implementations
+from dlbench.operators.reference import reference_benchmarks
 from dlbench.operators.registry import load_registry
 from dlbench.operators.runner import run_settings
 from dlbench.operators.workload import operations_from_benchmark
@@ -37,6 +38,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     place = run_place(cfg, ctx)
     target = place.target
     settings = run_settings(cfg, device)
+    probe = reference_benchmarks(registry, device)  # the machine's speed over each sweep: machine_drift_pct
     failures: list[str] = []
     for entry in implementations:
         reason = entry.unavailable_reason
@@ -76,8 +78,10 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
                 log_workload(tracked, operations, workload_name(bench), benchmark_source(ctx, bench.name))
                 if todo:
                     result, files = measure_with_progress(
-                        entry, todo, settings, workdir, f"{entry.name}_{bench.name}", cfg.quiet
+                        entry, todo, settings, workdir, f"{entry.name}_{bench.name}", cfg.quiet, probe
                     )
+                    if result.extra.get("drift_note"):
+                        log.warning("%s: %s", entry.name, result.extra["drift_note"])
                 else:
                     result, files = SweepResult({}), None
                 kept = resume.kept if resume is not None else None

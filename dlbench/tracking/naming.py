@@ -16,6 +16,8 @@ METRIC_DIGITS = 4
 #: MLflow's limit on the length of a metric key
 MAX_KEY_CHARS = 250
 SHORT_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+#: float32 in a run name says its math (``fp32_math``): fp32ieee, fp32tf32, fp32fw (the framework's default)
+SHORT_FP32_MATHS = {"ieee": "ieee", "tf32": "tf32", "framework": "fw"}
 HOST_CHARS = 12
 
 _NOT_IN_KEY = re.compile(r"[^A-Za-z0-9_\-. :/]")
@@ -34,15 +36,21 @@ def short_host(name: str | None = None) -> str:
     return host[:HOST_CHARS]
 
 
-def short_dtype(dtype: str) -> str:
-    return SHORT_DTYPES.get(dtype, dtype)
+def short_dtype(dtype: str, fp32_math: str = "framework") -> str:
+    """``fp16``, ``bf16``; float32 with its math: ``fp32ieee``, ``fp32tf32``, ``fp32fw``."""
+    short = SHORT_DTYPES.get(dtype, dtype)
+    return short + SHORT_FP32_MATHS.get(fp32_math, fp32_math) if dtype == "float32" else short
 
 
-def run_name(benchmark: str, parts: Sequence[str], batch_size: int, dtype: str, device: str = "cpu") -> str:
-    """``<benchmark>-<parts>-bs<N>-<dtype>[-<device>]-<host>``, e.g. ``conv-torch_conv-bs8-fp32-node017``:
-    what differs between runs of one experiment, short enough for the run list. The device is named
-    when it is not the CPU (an implementation such as ``torch_conv`` runs on either)."""
-    words = [benchmark, *(p for p in parts if p and p != benchmark), f"bs{batch_size}", short_dtype(dtype)]
+def run_name(
+    benchmark: str, parts: Sequence[str], batch_size: int, dtype: str, device: str = "cpu",
+    fp32_math: str = "framework",
+) -> str:  # fmt: skip
+    """``<benchmark>-<parts>-bs<N>-<dtype>[-<device>]-<host>``, e.g. ``conv-torch_conv-bs8-fp32fw-node017``:
+    what differs between runs of one experiment, short enough for the run list. float32 says its math
+    (``fp32_math``); the device is named when it is not the CPU (an implementation such as ``torch_conv``
+    runs on either)."""
+    words = [benchmark, *(p for p in parts if p and p != benchmark), f"bs{batch_size}", short_dtype(dtype, fp32_math)]
     if device and device != "cpu":
         words.append(device)
     words.append(short_host())

@@ -18,7 +18,7 @@ log = logging.getLogger(__name__)
 
 #: runs of the same sweep looked at, newest first, for one that logged its results
 MAX_CANDIDATES = 20
-RESUME_KEYS = ("benchmark", "implementation", "batch_size", "dtype", "device", "threads")
+RESUME_KEYS = ("benchmark", "implementation", "batch_size", "dtype", "fp32_math", "device", "threads")
 #: the fingerprint of the operations (``dlbench.operators.measure.operations_digest``)
 DIGEST_TAG = "dlbench.operations_sha1"
 

@@ -41,7 +41,7 @@ def run_place(cfg: DlbenchConfig, ctx: AppContext) -> RunPlace:
 def job_run_name(cfg: DlbenchConfig, benchmark: str, parts: Sequence[str] = (), device: str = "") -> str:
     """A run name that fits the run list: benchmark, ``parts`` (implementation, ...), batch size, dtype,
     the device where it is not the CPU, and the short host name."""
-    return run_name(benchmark, parts, cfg.batch_size, cfg.dtype, device or cfg.device)
+    return run_name(benchmark, parts, cfg.batch_size, cfg.dtype, device or cfg.device, cfg.fp32_math)
 
 
 def run_tags(ctx: AppContext, kind: str, benchmark: str, implementation: str = "") -> dict[str, str]:
@@ -82,6 +82,8 @@ def open_run(
     ``parent_run_id`` keep theirs, so they stay apart). The resolved configuration is logged with it."""
     place = run_place(cfg, ctx)
     monitored = kind in MONITORED_KINDS and parent_run_id is None  # one monitor per process is enough
+    if params is not None:
+        params = {**params, "fp32_math": cfg.fp32_math}  # what float32 computed in, on every run that logs params
     run = TrackedRun(
         place.target,
         name if parent_run_id else (cfg.mlflow.run_name or name),

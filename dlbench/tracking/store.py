@@ -173,10 +173,6 @@ def _client(uri: str) -> Any:
 #: A store being created: ``.NAME.PID.partial`` beside it until it is whole.
 PARTIAL_SUFFIX = ".partial"
 
-#: An SQLite file as MLflow's schema migrations leave it (no experiment yet), made once by a warm-start server
-#: for its forks to start new stores from; None in a process of its own, which runs the migrations.
-_SCHEMA_TEMPLATE: bytes | None = None
-
 
 def _create_sqlite_store(db: Path) -> None:
     """Create a SQLite store whole or not at all. MLflow's schema migrations on SQLite are not one transaction:
@@ -194,9 +190,8 @@ def _create_sqlite_store(db: Path) -> None:
     partial_uri = f"sqlite:///{partial}"
     try:
         # Written here first, so a folder that cannot take the file fails at once (MLflow would retry its
-        # connection for minutes). From a template MLflow finds its tables at the latest revision and only adds
-        # the default experiment, under this command's artifact root; an empty file is a new SQLite database.
-        partial.write_bytes(_SCHEMA_TEMPLATE or b"")
+        # connection for minutes); an empty file is a new SQLite database.
+        partial.write_bytes(b"")
         store = _get_sqlalchemy_store(partial_uri, None)  # the artifact root MLflow gives a store of its own
         store.engine.dispose()
         try:
@@ -290,43 +285,6 @@ def created_by_this_process(target: TrackingTarget) -> bool:
 
 def _sqlite_missing(uri: str) -> bool:
     return uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///") :]).exists()
-
-
-#: MLflow modules a command imports late (inside MLflow's own functions), for a warm-start server to import.
-LATE_IMPORTS = (
-    "mlflow.tracking",
-    "mlflow.store.tracking.sqlalchemy_store",
-    "mlflow.store.artifact.local_artifact_repo",
-    "mlflow.store.db.utils",
-    "alembic.runtime.migration",
-    "alembic.script",
-    "sqlalchemy.dialects.sqlite",
-)
-
-
-def warm_up_tracking(folder: Path) -> None:
-    """MLflow's one-time costs, paid in a warm-start server before it forks (see ``dlbench.cli.forkserver``):
-    its late imports, and its schema migrations, run once into an SQLite file in ``folder`` whose bytes every
-    fork starts a new store from (see :func:`_create_sqlite_store`); engines are closed again (no connection
-    may cross a fork)."""
-    import importlib
-
-    for name in LATE_IMPORTS:
-        importlib.import_module(name)
-    from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine_with_retry
-    from mlflow.store.tracking.sqlalchemy_store import SqlAlchemyStore
-
-    global _SCHEMA_TEMPLATE
-    schema = folder / "schema.db"
-    engine = create_sqlalchemy_engine_with_retry(f"sqlite:///{schema}")
-    _initialize_tables(engine)
-    engine.dispose()
-    _SCHEMA_TEMPLATE = schema.read_bytes()
-    uri = f"sqlite:///{folder}/mlflow.db"
-    (folder / "mlflow.db").write_bytes(_SCHEMA_TEMPLATE)
-    store = SqlAlchemyStore(uri, str(folder / "artifacts"))  # the code a new store runs besides migrations
-    store.engine.dispose()
-    SqlAlchemyStore._engine_map.pop(uri, None)
 
 
 def prepare_store(target: TrackingTarget, timeout_s: float = 10.0) -> str:

@@ -11,11 +11,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from dlbench.training.trace import DEVICE, OPERATOR, RUNTIME, TraceEvent
+
 #: Columns of a per-batch operator table; times in microseconds.
-TIME_COLUMNS = ("self_cpu_us", "cpu_total_us", "self_device_us", "device_total_us")
+TIME_COLUMNS = ("self_cpu_us", "cpu_total_us", "self_device_us", "device_total_us", "host_us")
 
 
-PROFILE_COLUMNS = ("batch", "name", "input_shapes", "calls", *TIME_COLUMNS)
+PROFILE_COLUMNS = ("batch", "name", "input_shapes", "calls", *TIME_COLUMNS, "kernels")
 
 
 BATCH_COLUMNS = ("step", "batch", "wall_s", "profiled")
@@ -41,103 +43,105 @@ def batch_trace_file(batch_idx: int) -> str:
     return f"batch_{batch_idx}_trace.json"
 
 
-#: Utility events torch.profiler leaves out of its tables too.
-_FILTERED_EVENTS = frozenset(
-    {
-        "[memory]",
-        "[OutOfMemory]",
-        "profiler::_record_function_enter",
-        "profiler::_record_function_enter_new",
-        "profiler::_record_function_exit",
-        "aten::is_leaf",
-        "aten::output_nr",
-        "aten::_version",
-    }
-)
+#: Rows of device activities no operator launched start with this (listed apart, never matched to one).
+UNLAUNCHED = "[device, no launching operator] "
 
 
-class _Event:
-    """One CPU event of a profiled batch, with what nesting and kernel attribution add to it (in ns)."""
+class _Node:
+    """A host event of a profiled batch with what nesting and kernel attribution add to it (in ns)."""
 
-    __slots__ = ("name", "shapes", "start", "end", "thread", "correlation", "linked", "own_device", "child_cpu",
-                 "device_total", "parent")  # fmt: skip
+    __slots__ = ("event", "thread", "child_cpu", "own_device", "device_total", "host", "kernels", "parent")
 
-    def __init__(self, event: Any, name: str) -> None:
-        self.name = name
-        self.shapes = event.shapes()
-        self.start = event.start_ns()
-        self.end = self.start + event.duration_ns()
-        self.thread = event.start_thread_id()
-        self.correlation = event.correlation_id()
-        self.linked = event.linked_correlation_id()
-        self.own_device = 0
+    def __init__(self, event: TraceEvent) -> None:
+        self.event = event
+        self.thread = event.thread
         self.child_cpu = 0
+        self.own_device = 0
         self.device_total = 0
-        self.parent: _Event | None = None
+        self.host = 0
+        self.kernels = 0
+        self.parent: _Node | None = None
 
 
 def operator_rows(profiler: Any, batch_idx: int) -> list[tuple[Any, ...]]:
-    """The per-operator table of a stopped ``torch.profiler.profile``, in :data:`PROFILE_COLUMNS` order.
+    """The per-operator table of a stopped ``torch.profiler.profile``, in :data:`PROFILE_COLUMNS` order
+    (:func:`operator_table` of its raw events)."""
+    from dlbench.training.trace import kineto_events
 
-    Same figures as ``profiler.key_averages(group_by_input_shape=True)`` (self time: the event's duration
-    less that of the events nested in it on its thread; device kernels count for the operator that
-    launched them), but read straight from the raw events: ``key_averages`` builds a Python object per
-    event and takes ~0.2 s for one ResNet step, which would make profiling itself the overhead.
+    return operator_table(kineto_events(profiler), batch_idx)
+
+
+def operator_table(events: list[TraceEvent], batch_idx: int) -> list[tuple[Any, ...]]:
+    """The per-operator table of one profiled batch's events (:mod:`dlbench.training.trace`).
+
+    Same figures as ``key_averages(group_by_input_shape=True)`` for the host (self time: the event's
+    duration less that of the events nested in it on its thread), with each device activity (kernel,
+    memcpy, memset) counted exactly once: for the operator that launched it, the innermost one, which
+    is the operator whose self time holds the launch (``aten::addmm`` for cuBLAS's GEMM and epilogue
+    kernels, ``aten::cudnn_convolution`` for cuDNN's; the match table lists every level of a family, so
+    the innermost level is matched to the same operation as its wrappers). ``host_us``: the operator's
+    host time, its self time plus the runtime calls (launches) it made, counted for it and not for the
+    call; ``kernels``: the device activities it launched. Device activities without a launching operator
+    get rows of their own, named with :data:`UNLAUNCHED` first.
     """
-    from torch.autograd import DeviceType
-
-    events: list[_Event] = []
-    kernels: list[tuple[str, int, int]] = []
-    for raw in profiler.profiler.kineto_results.events():
-        name = raw.name()
-        if name in _FILTERED_EVENTS or raw.is_hidden_event():
+    nodes = [_Node(e) for e in events if e.kind != DEVICE]
+    frontend = {n.event.correlation: n for n in nodes if n.event.kind == OPERATOR}
+    unlaunched: dict[str, list[int]] = {}
+    for d in events:
+        if d.kind != DEVICE:
             continue
-        if raw.device_type() != DeviceType.CPU:
-            kernels.append((name, raw.linked_correlation_id(), raw.duration_ns()))
-        elif not raw.is_async() and raw.start_thread_id() == raw.end_thread_id():
-            # (nesting is undefined across threads; torch leaves async events out of self times too)
-            events.append(_Event(raw, "ProfilerStep*" if name.startswith("ProfilerStep#") else name))
-    frontend = {e.correlation: e for e in events if e.linked == 0}
-    for _, linked, duration in kernels:
-        if linked in frontend:
-            frontend[linked].own_device += duration
-    for e in events:  # runtime calls (cudaLaunchKernel) belong to the thread of the op that made them
-        if e.linked > 0 and e.linked in frontend:
-            e.thread = frontend[e.linked].thread
-    events.sort(key=lambda e: (e.thread, e.start, -e.end))
-    stack: list[_Event] = []
-    for e in events:
-        if stack and stack[-1].thread != e.thread:
+        owner = frontend.get(d.op)
+        if owner is None:
+            acc = unlaunched.setdefault(d.name, [0, 0])
+            acc[0] += 1
+            acc[1] += d.duration
+        else:
+            owner.own_device += d.duration
+            owner.kernels += 1
+    for n in nodes:  # runtime calls (cudaLaunchKernel) belong to the thread of the operator that made them
+        if n.event.kind == RUNTIME and n.event.op in frontend:
+            n.thread = frontend[n.event.op].thread
+    nodes.sort(key=lambda n: (n.thread, n.event.start, -n.event.end))
+    stack: list[_Node] = []
+    for n in nodes:
+        if stack and stack[-1].thread != n.thread:
             stack = []
-        while stack and (e.start >= stack[-1].end or e.end > stack[-1].end):
+        while stack and (n.event.start >= stack[-1].event.end or n.event.end > stack[-1].event.end):
             stack.pop()
         if stack:
-            e.parent = stack[-1]
-            e.parent.child_cpu += e.end - e.start
-        stack.append(e)
-    for e in events:
-        e.device_total += e.own_device
-    for e in reversed(events):  # children come after their parents
-        if e.parent is not None:
-            e.parent.device_total += e.device_total
+            n.parent = stack[-1]
+            n.parent.child_cpu += n.event.duration
+        stack.append(n)
+    for n in nodes:
+        n.device_total += n.own_device
+        n.host += n.event.duration - n.child_cpu
+    for n in reversed(nodes):  # children come after their parents
+        if n.parent is not None:
+            n.parent.device_total += n.device_total
+            if n.event.kind == RUNTIME and n.parent.event.kind == OPERATOR:
+                n.parent.host += n.host
+                n.host = 0
     table: dict[tuple[str, str], list[float]] = {}
-    for e in events:
-        acc = table.setdefault((e.name, json.dumps(e.shapes, separators=(",", ":"))), [0, 0, 0, 0, 0])
-        duration = e.end - e.start
+    for n in nodes:
+        e = n.event
+        acc = table.setdefault((e.name, json.dumps(_plain(e.shapes), separators=(",", ":"))), [0] * 7)
         acc[0] += 1
-        acc[1] += duration - e.child_cpu
-        acc[2] += duration
-        acc[3] += e.own_device
-        acc[4] += e.device_total
-    for name, _, duration in kernels:
-        acc = table.setdefault((name, "[]"), [0, 0, 0, 0, 0])
-        acc[0] += 1
-        acc[3] += duration
-        acc[4] += duration
+        acc[1] += e.duration - n.child_cpu
+        acc[2] += e.duration
+        acc[3] += n.own_device
+        acc[4] += n.device_total
+        acc[5] += n.host
+        acc[6] += n.kernels
+    for name, (count, duration) in unlaunched.items():
+        table[(UNLAUNCHED + name, "[]")] = [count, 0, 0, duration, duration, 0, count]
     return [
-        (batch_idx, name, shapes, calls, *(round(ns / 1e3, 3) for ns in times))
-        for (name, shapes), (calls, *times) in table.items()
+        (batch_idx, name, shapes, calls, *(round(ns / 1e3, 3) for ns in times), kernels)
+        for (name, shapes), (calls, *times, kernels) in table.items()
     ]
+
+
+def _plain(shapes: Any) -> Any:
+    return [_plain(s) for s in shapes] if isinstance(shapes, (list, tuple)) else shapes
 
 
 def summary_columns() -> tuple[str, ...]:
@@ -231,7 +235,7 @@ def read_profile(path: str | os.PathLike[str]) -> Any:
                         raise ValueError(f"{path}:{line}: {column}={text[:80]!r} is not a number") from None
                     record.append(
                         int(value)
-                        if column in ("batch", "step", "calls", "batches", "profiled") and value.is_integer()
+                        if column in ("batch", "step", "calls", "batches", "profiled", "kernels") and value.is_integer()
                         else value
                     )
                 records.append(record)

@@ -13,7 +13,7 @@ from typing import Any
 from dlbench import PROJECT_ROOT
 from dlbench.config import DlbenchConfig
 from dlbench.core.allocator import allocator_environment
-from dlbench.core.errors import TaskFailed
+from dlbench.core.errors import ConfigurationError, TaskFailed
 from dlbench.core.process import ProcessResult, meaningful_tail, run_command
 from dlbench.operators.registry import Registry, TrainingBenchmark
 from dlbench.training.export import ENV_EXPORT, error_path
@@ -29,7 +29,7 @@ def training_entry(cfg: DlbenchConfig, registry: Registry) -> tuple[TrainingBenc
     try:
         entry = registry.training(bench.training)
     except KeyError as err:
-        raise TaskFailed(f"benchmark {bench.name!r}: {err.args[0]} (conf/training/*.yaml)") from None
+        raise ConfigurationError(f"benchmark {bench.name!r}: {err.args[0]} (conf/training/*.yaml)") from None
     check_profile_window(cfg)
     return entry, resolve_parameters(entry, cfg)
 
@@ -102,7 +102,7 @@ def check_training_dtype(cfg: DlbenchConfig, entry: TrainingBenchmark) -> None:
     """``dtype`` other than float32 needs a script that takes it (``${dtype}`` in its parameters): benchmarks in
     one dtype against training in another would predict nothing."""
     if cfg.dtype != "float32" and "${dtype}" not in entry.parameters:
-        raise TaskFailed(
+        raise ConfigurationError(
             f"dtype={cfg.dtype}: training entry {entry.name} ({entry.source}) does not pass the dtype to its "
             "script (no ${dtype} in its parameters), so it would train in its own dtype; use dtype=float32 or "
             "give the script a dtype argument"
@@ -132,18 +132,22 @@ def resolve_parameters(entry: TrainingBenchmark, cfg: DlbenchConfig) -> list[str
         text = OmegaConf.create(root)["_training_parameters"]
     except OmegaConfBaseException as err:
         message = str(err).splitlines()[0]
-        raise TaskFailed(f"training entry {entry.source}: field parameters {entry.parameters!r}: {message}") from err
+        raise ConfigurationError(
+            f"training entry {entry.source}: field parameters {entry.parameters!r}: {message}"
+        ) from err
     try:
         return shlex.split(str(text))
     except ValueError as err:
-        raise TaskFailed(f"training entry {entry.source}: field parameters {text!r}: {err}") from err
+        raise ConfigurationError(f"training entry {entry.source}: field parameters {text!r}: {err}") from err
 
 
 def check_profile_window(cfg: DlbenchConfig) -> None:
     if cfg.profile.batches < 1:
-        raise TaskFailed(f"profile.batches={cfg.profile.batches}: a training benchmark profiles at least one batch")
+        raise ConfigurationError(
+            f"profile.batches={cfg.profile.batches}: a training benchmark profiles at least one batch"
+        )
     if cfg.steps <= cfg.profile.warmup:
-        raise TaskFailed(
+        raise ConfigurationError(
             f"steps={cfg.steps} but profile.warmup={cfg.profile.warmup}: no batch would be profiled; "
             f"raise steps above {cfg.profile.warmup} or lower profile.warmup"
         )
@@ -158,7 +162,7 @@ def check_steady_steps(cfg: DlbenchConfig, entry: TrainingBenchmark) -> None:
     tells the script how many steps to run)."""
     steady = cfg.steps - cfg.profile.warmup - cfg.profile.batches
     if "${steps}" in entry.parameters and steady < MIN_STEADY_STEPS:
-        raise TaskFailed(
+        raise ConfigurationError(
             f"steps={cfg.steps} with profile.warmup={cfg.profile.warmup} and profile.batches={cfg.profile.batches} "
             f"leaves {max(steady, 0)} unprofiled step(s) after the warm-up; the measured step time is their median "
             f"and needs at least {MIN_STEADY_STEPS}: use steps={cfg.profile.warmup + cfg.profile.batches + 3} or more"

@@ -98,7 +98,8 @@ void print_usage(const KernelSpec &spec) {
               << "         <input stem>_samples.csv with id,ms per timed repetition\n"
               << "  settings: DLBENCH_WARMUP, DLBENCH_MIN_REPS, DLBENCH_MAX_REPS, DLBENCH_MIN_TIME_S,\n"
               << "            DLBENCH_TARGET_REL_CI, DLBENCH_MAX_TIME_S,\n"
-              << "            DLBENCH_THREADS, DLBENCH_DEVICE, DLBENCH_DTYPE, DLBENCH_VERIFY=1,\n"
+              << "            DLBENCH_THREADS, DLBENCH_DEVICE, DLBENCH_DTYPE, DLBENCH_FP32_MATH,\n"
+              << "            DLBENCH_VERIFY=1,"
               << "            DLBENCH_OP_BUDGET_S, DLBENCH_MEMORY_FRACTION, DLBENCH_CACHES=hot\n";
 }
 
@@ -127,6 +128,10 @@ Settings Settings::from_env() {
     s.device = env_word("DLBENCH_DEVICE", s.device);
     s.dtype = env_word("DLBENCH_DTYPE", s.dtype);
     s.caches = env_word("DLBENCH_CACHES", s.caches);
+    s.fp32_math = env_word("DLBENCH_FP32_MATH", s.fp32_math);
+    if (s.fp32_math != "ieee" && s.fp32_math != "tf32" && s.fp32_math != "framework")
+        throw FatalError(kExitUsage, "DLBENCH_FP32_MATH='" + s.fp32_math +
+                                         "' must be ieee, tf32 or framework (fp32_math in the config)");
     if (s.caches != "hot")
         throw FatalError(kExitUsage, "DLBENCH_CACHES='" + s.caches +
                                          "': the native kernels time with hot caches only; measure with "

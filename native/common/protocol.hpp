@@ -24,6 +24,7 @@ struct Settings {
     int threads = 0; // 0: the library's default
     std::string device = "cpu";
     std::string dtype = "float32";
+    std::string fp32_math = "framework"; // float32 math on GPUs: ieee, tf32, framework (PyTorch's default)
     bool verify = false;
     double op_budget_s = 0.0;     // seconds one row may spend in warm-up and repetitions; 0: no limit
     double memory_fraction = 0.8; // skip a row needing more than this fraction of the free memory

@@ -9,6 +9,8 @@
 
 #include <cstdlib>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace dlbench::cuda {
 
@@ -17,10 +19,8 @@ inline void check_cuda(cudaError_t status, const std::string &what) {
         throw RowError(what + ": " + cudaGetErrorName(status) + " (" + cudaGetErrorString(status) + ")");
 }
 
-// Needs a usable CUDA device; DLBENCH_DTYPE must be float32.
-inline void setup_gpu(const std::string &program, const Settings &settings) {
-    if (settings.dtype != "float32")
-        throw FatalError(kExitUsage, program + " supports DLBENCH_DTYPE=float32 only, got '" + settings.dtype + "'");
+// Needs a usable CUDA device (the dtype is checked by precision_from).
+inline void setup_gpu(const std::string &program, const Settings &) {
     int count = 0;
     cudaError_t status = cudaGetDeviceCount(&count);
     if (status != cudaSuccess || count == 0)
@@ -73,19 +73,35 @@ private:
     size_t count_ = 0;
 };
 
-// An owning raw device allocation (workspaces).
+// An owning raw device allocation (workspaces, tensors of any dtype).
 class DeviceBytes {
 public:
+    DeviceBytes() = default;
     explicit DeviceBytes(size_t bytes) : bytes_(bytes) {
-        if (bytes > 0) check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc of a " + std::to_string(bytes) + "-byte workspace");
+        if (bytes > 0) check_cuda(cudaMalloc(&data_, bytes), "cudaMalloc of " + std::to_string(bytes) + " bytes");
+    }
+    explicit DeviceBytes(const std::vector<unsigned char> &host) : DeviceBytes(host.size()) {
+        if (!host.empty())
+            check_cuda(cudaMemcpy(data_, host.data(), host.size(), cudaMemcpyHostToDevice), "upload");
     }
     DeviceBytes(const DeviceBytes &) = delete;
     DeviceBytes &operator=(const DeviceBytes &) = delete;
+    DeviceBytes(DeviceBytes &&other) noexcept : data_(other.data_), bytes_(other.bytes_) { other.data_ = nullptr; }
+    DeviceBytes &operator=(DeviceBytes &&other) noexcept {
+        std::swap(data_, other.data_);
+        std::swap(bytes_, other.bytes_);
+        return *this;
+    }
     ~DeviceBytes() {
         if (data_ != nullptr) cudaFree(data_);
     }
     void *get() const { return data_; }
     size_t size() const { return bytes_; }
+    std::vector<unsigned char> download() const {
+        std::vector<unsigned char> host(bytes_);
+        if (bytes_ > 0) check_cuda(cudaMemcpy(host.data(), data_, bytes_, cudaMemcpyDeviceToHost), "download");
+        return host;
+    }
 
 private:
     void *data_ = nullptr;

@@ -13,12 +13,15 @@ from helpers import FAST, Store, artifact_text, mlflow_runs, run_dlbench
 
 from dlbench.analysis.compare import (
     by_batch_size,
+    check_metrics,
     current,
     evaluation_totals,
     implementations_side_by_side,
+    left_out_totals,
     mark_repeats,
     results_in_ms,
     run_table,
+    run_totals,
     training_totals,
 )
 from dlbench.tracking.run import TrackedRun
@@ -246,3 +249,29 @@ def test_no_two_series_of_a_legend_share_colour_and_marker():
     handles = figure.legends[0].legend_handles
     looks = {(h.get_color(), h.get_marker(), h.get_linestyle()) for h in handles}
     assert len(handles) == 12 and len(looks) == 12
+
+
+def test_partial_totals_are_never_compared_or_plotted_as_complete_ones():
+    sweep = {"tags.dlbench.kind": "operator_sweep", "tags.dlbench.benchmark": "relu"}
+    found = _found(
+        [
+            {"run_id": "whole", "start_time": 1, **sweep, "params.batch_size": "8", "metrics.total_time_ms": 10.0,
+             "metrics.totals_complete": 1.0, "metrics.operations_failed": 0.0},
+            {"run_id": "holes", "start_time": 2, **sweep, "params.batch_size": "16",
+             "metrics.partial_total_time_ms": 4.0, "metrics.totals_complete": 0.0, "metrics.operations_failed": 2.0},
+            # logged before totals said whether they are complete: its total_time_ms summed the ok rows only
+            {"run_id": "old", "start_time": 3, **sweep, "params.batch_size": "32", "metrics.total_time_ms": 7.0,
+             "metrics.time_per_sample_ms": 0.2, "metrics.operations_failed": 1.0},
+            {"run_id": "old_whole", "start_time": 4, **sweep, "params.batch_size": "64",
+             "metrics.total_time_ms": 50.0, "metrics.operations_failed": 0.0},
+        ]
+    )  # fmt: skip
+    runs = mark_repeats(run_table(found)).set_index("run_id")
+    assert runs["totals_complete"].to_dict() == {"whole": 1.0, "holes": 0.0, "old": 0.0, "old_whole": 1.0}
+    assert runs.loc["old", "partial_total_time_ms"] == 7.0 and pd.isna(runs.loc["old", "total_time_ms"])
+    assert pd.isna(runs.loc["old", "time_per_sample_ms"])
+    totals = run_totals(runs.reset_index())
+    assert sorted(totals["batch_size"]) == [8, 64], "only complete totals are plotted"
+    assert left_out_totals(runs.reset_index()) == {"relu": 2}
+    problems = " ".join(p["problem"] for p in check_metrics(runs.reset_index()) if p["run_id"] == "old")
+    assert "total_time_ms is NA" in problems and "partial_total_time_ms 7 ms" in problems

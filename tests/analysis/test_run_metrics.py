@@ -37,15 +37,37 @@ def _frame() -> pd.DataFrame:
 
 
 def test_run_level_metrics_weight_each_operation_by_its_occurrences() -> None:
-    metrics = summary_metrics(_frame(), batch_size=8)
-    assert metrics["operations_ok"] == 2 and metrics["operations_failed"] == 1
+    frame = _frame().iloc[:2]  # a and b: every operation has a time
+    metrics = summary_metrics(frame, batch_size=8)
+    assert metrics["operations_ok"] == 2 and metrics["operations_missing"] == 0 and metrics["totals_complete"] == 1
     assert metrics["total_time_ms"] == pytest.approx(2.0 * 4 + 1.0)
     assert metrics["time_per_sample_ms"] == pytest.approx(9.0 / 8)
     assert metrics["distinct_operations_time_ms"] == pytest.approx(3.0)
+    assert "partial_total_time_ms" not in metrics
     # all FLOPs (4 occurrences x 4e9) over all time: the time-weighted mean, not a mean of rates
     assert metrics["gflops_per_s_mean"] == pytest.approx(16e9 / (9.0 * 1e6))
     assert metrics["gflops_per_s_median"] == pytest.approx(4e9 / 2e6)
     assert "median_ms" not in metrics and "gflops_per_s" not in metrics
+
+
+@pytest.mark.parametrize("status", ["failed", "unsupported"])
+def test_an_operation_without_a_time_leaves_the_totals_na_and_names_the_partial_sum(status: str) -> None:
+    frame = _frame()  # c (2 occurrences) has no time
+    frame.loc[2, "status"] = status
+    metrics = summary_metrics(frame, batch_size=8)
+    assert metrics["operations_missing"] == 1 and metrics["totals_complete"] == 0
+    assert metrics[f"operations_{status}"] == 1
+    for total in ("total_time_ms", "time_per_sample_ms", "distinct_operations_time_ms"):
+        assert total not in metrics
+    assert metrics["partial_total_time_ms"] == pytest.approx(2.0 * 4 + 1.0)
+
+
+def test_an_operation_with_a_status_but_no_median_counts_as_missing() -> None:
+    frame = _frame().iloc[:2].copy()
+    frame.loc[1, "median_ms"] = float("nan")
+    metrics = summary_metrics(frame, batch_size=8)
+    assert metrics["operations_missing"] == 1 and "total_time_ms" not in metrics
+    assert metrics["partial_total_time_ms"] == pytest.approx(8.0)
 
 
 def test_every_status_a_row_has_is_counted() -> None:

@@ -245,6 +245,7 @@ def test_unreadable_input_file_is_a_clear_error(onednn_bin: Path, tmp_path: Path
         ({"DLBENCH_MIN_REPS": "many"}, "DLBENCH_MIN_REPS='many' is not an integer"),
         ({"DLBENCH_MIN_REPS": "10", "DLBENCH_MAX_REPS": "3"}, "DLBENCH_MAX_REPS (3) is below DLBENCH_MIN_REPS (10)"),
         ({"DLBENCH_DTYPE": "float16"}, "supports DLBENCH_DTYPE=float32 only"),
+        ({"DLBENCH_FP32_MATH": "fast"}, "DLBENCH_FP32_MATH='fast' must be ieee, tf32 or framework"),
         ({"DLBENCH_VERIFY": "yes"}, "DLBENCH_VERIFY='yes' must be 0 or 1"),
         ({"DLBENCH_MEMORY_FRACTION": "1.5"}, "DLBENCH_MEMORY_FRACTION=1.500000 must be a fraction in (0, 1]"),
         ({"DLBENCH_OP_BUDGET_S": "-1"}, "DLBENCH_OP_BUDGET_S='-1' is not a number >= 0"),
@@ -350,14 +351,42 @@ def test_cuda_benchmarks_compile_and_refuse_to_run_without_a_gpu(cuda_bin: Path,
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize(
+    ("target", "env", "message"),
+    [
+        ("cuda_conv", {"DLBENCH_DTYPE": "int8"}, "DLBENCH_DTYPE='int8' must be float32, float16 or bfloat16"),
+        ("cuda_gemm", {"DLBENCH_DTYPE": "float64"}, "DLBENCH_DTYPE='float64' must be float32, float16 or bfloat16"),
+        ("cuda_conv", {"DLBENCH_CUDNN_LAYOUT": "chwn"}, "DLBENCH_CUDNN_LAYOUT='chwn' must be nchw or nhwc"),
+        ("cuda_conv", {"DLBENCH_CUDNN_TF32": "1"}, "DLBENCH_CUDNN_TF32 is gone: set DLBENCH_FP32_MATH"),
+        ("cuda_gemm", {"DLBENCH_FP32_MATH": "tf16"}, "DLBENCH_FP32_MATH='tf16' must be ieee, tf32 or framework"),
+    ],
+)
+def test_cuda_settings_are_checked_before_the_gpu(
+    cuda_bin: Path, tmp_path: Path, target: str, env: dict[str, str], message: str
+) -> None:
+    result = _run_env(cuda_bin / target, ("--verify",), env, 60)
+    assert result.returncode == EXIT_USAGE, result.stderr
+    assert message in result.stderr
+
+
+@pytest.mark.slow
 @pytest.mark.gpu
 @pytest.mark.parametrize("target", CUDA_TARGETS)
-def test_cuda_verify_mode_matches_naive_reference(cuda_bin: Path, target: str) -> None:
+@pytest.mark.parametrize(
+    ("dtype", "fp32_math", "label"),
+    [("float32", "ieee", "IEEE math"), ("float32", "tf32", "TF32 math"), ("float16", "", "float16"),
+     ("bfloat16", "", "bfloat16")],
+)  # fmt: skip
+def test_cuda_verify_mode_matches_naive_reference(
+    cuda_bin: Path, target: str, dtype: str, fp32_math: str, label: str
+) -> None:
     if not _has_gpu(cuda_bin / target):
         pytest.skip("no NVIDIA GPU on this machine")
-    result = _run_env(cuda_bin / target, ("--verify",), {}, 300)
+    env = {"DLBENCH_DTYPE": dtype, **({"DLBENCH_FP32_MATH": fp32_math} if fp32_math else {})}
+    result = _run_env(cuda_bin / target, ("--verify",), env, 300)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "all cases match the naive reference" in result.stderr
+    assert label in result.stderr, "each verify line names the precision it ran in"
 
 
 @pytest.mark.slow
@@ -371,10 +400,12 @@ def test_cuda_conv_reports_its_algorithm_per_id(cuda_bin: Path, tmp_path: Path) 
         (3, [1, 3, 2, 2, 4, 5, 5, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0]),  # kernel larger than the input
     ]
     path = write_input(tmp_path / "conv.csv", rows)
-    for algo in ("heuristic", "search"):
-        result = _run_env(cuda_bin / "cuda_conv", (str(path),), {**FAST_ENV, "DLBENCH_CUDNN_ALGO": algo}, 300)
+    for algo, layout in (("heuristic", "nchw"), ("search", "nhwc")):
+        env = {**FAST_ENV, "DLBENCH_CUDNN_ALGO": algo, "DLBENCH_CUDNN_LAYOUT": layout, "DLBENCH_DTYPE": "float16"}
+        result = _run_env(cuda_bin / "cuda_conv", (str(path),), env, 300)
         assert result.returncode == 0, result.stderr
         assert set(parse_output(tmp_path / "conv_out.csv").rows) == {1, 2}
         assert "id 1: forward " in result.stderr and f"({algo})" in result.stderr
+        assert f"float16, {layout.upper()}" in result.stderr
         assert "id 2: backward-data" in result.stderr
         assert "id 3 " in result.stderr

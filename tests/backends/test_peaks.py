@@ -11,7 +11,7 @@ import pytest
 from helpers import Store, artifact_text, mlflow_runs, run_dlbench
 
 from dlbench.backends.timing import TimingSettings
-from dlbench.backends.torch.peaks import NATIVE_CPU_FLAGS, measure_gemm_peak, probe_gemm_size
+from dlbench.backends.torch.peaks import NATIVE_CPU_FLAGS, ceilings, measure_gemm_peak, probe_gemm_size
 
 
 def cpu_flags() -> set[str]:
@@ -28,6 +28,12 @@ def test_the_probe_picks_a_size_in_steps_of_64_within_the_limit() -> None:
     assert 64 <= size <= 4096 and size % 64 == 0
     assert probe_gemm_size("float32", "cpu", call_s=10.0, max_size=128) == 128
     assert probe_gemm_size("float32", "cpu", call_s=0.02, max_size=32) == 32
+
+
+def test_the_cpu_measures_float32_in_ieee_only_and_each_dtype_as_its_own_ceiling() -> None:
+    assert ceilings(["float32", "float16", "bfloat16"], "cpu") == [
+        ("float32", "float32", "ieee"), ("float16", "float16", ""), ("bfloat16", "bfloat16", "")
+    ]  # fmt: skip
 
 
 def test_a_kernel_stops_repeating_when_its_budget_is_spent() -> None:

@@ -122,3 +122,23 @@ def test_cuda_events_time_device_work_without_a_synchronize_per_call() -> None:
     assert timing.launch_ms < timing.stats.median_ms  # launching is asynchronous
     # device time of a 2048^3 GEMM: within a factor of two of the host clock with a synchronize
     assert 0.5 < timing.stats.median_ms / host.stats.median_ms < 2.0
+
+
+def test_the_stream_is_held_for_twice_a_batchs_issuing_time_within_bounds():
+    from dlbench.backends.timing import EVENT_BATCH, hold_ms
+
+    assert hold_ms([0.02, 0.01, 0.03]) == pytest.approx(2 * EVENT_BATCH * 0.02)
+    assert hold_ms([]) == pytest.approx(2.0)  # 1 ms of issuing assumed before any launch is timed
+    assert hold_ms([1e-6]) == 0.1 and hold_ms([10.0]) == 50.0
+
+
+@pytest.mark.gpu
+def test_a_kernel_shorter_than_its_launch_reads_as_its_device_time() -> None:
+    torch = pytest.importorskip("torch")
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    x = torch.ones(1, device="cuda")
+    settings = TimingSettings(warmup=3, min_reps=64, max_reps=256, min_time_s=0.0, target_rel_ci=0.05)
+    timing = time_repeated(lambda: x.add_(1), settings, clock=CudaEventClock())
+    assert timing.launch_ms is not None
+    assert timing.stats.median_ms < timing.launch_ms  # the stream was held: events time the kernel, not the host

@@ -72,7 +72,7 @@ def test_a_crashing_benchmark_is_one_message_and_keeps_the_rows_measured_before(
     (run,) = mlflow_runs(store)
     assert run.info.status == "FAILED"
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"dlbench: run relu-my_relu-bs8-fp32-{short_host()} (") and "ended FAILED" in last
+    assert last.startswith(f"dlbench: run relu-my_relu-bs8-fp32fw-{short_host()} (") and "ended FAILED" in last
     assert run.info.run_id[:8] in last
 
 
@@ -139,7 +139,7 @@ def test_a_failing_job_of_a_multirun_is_named_and_the_others_run(tmp_path: Path,
     (run,) = job_runs(store)  # beside the sweep's own run
     assert run.info.status == "FINISHED" and run.data.params["batch_size"] == "1"
     last = result.stderr.strip().splitlines()[-1]
-    assert last.startswith(f"dlbench: run relu-torch_relu-bs1-fp32-{short_host()} ({run.info.run_id[:8]}) finished")
+    assert last.startswith(f"dlbench: run relu-torch_relu-bs1-fp32fw-{short_host()} ({run.info.run_id[:8]}) finished")
     assert "; job 1 failed" in last
 
 

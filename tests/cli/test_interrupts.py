@@ -129,7 +129,9 @@ def test_interrupted_sweep_ends_killed_with_the_rows_measured_so_far(
     assert run.info.status == "KILLED"
     rows = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "results.csv"))))
     measured = [r["id"] for r in rows if r["status"] == "ok"]
-    assert len(rows) == 6 and measured[:2] == ["0", "1"] and len(measured) < 6
+    assert len(rows) == 6 and measured[:2] == ["0", "1"] and len(measured) < 6, [
+        (r["status"], r["error"], r["stats_note"]) for r in rows
+    ]
     assert all("interrupted" in r["error"] for r in rows if r["status"] != "ok")
     assert "slow_relu (" in artifact_text(store, run.info.run_id, "run_error.txt")
     assert "interrupted" in artifact_text(store, run.info.run_id, "error.txt")
@@ -188,7 +190,8 @@ def test_an_interrupted_sweep_of_the_embedded_kernels_ends_killed_and_stops_the_
     tmp_path: Path, store: Store, signum: int
 ) -> None:
     # each row repeats for a second, so the signal arrives in the middle of the sweep
-    slow = ("measure.warmup=0", "measure.min_reps=1", "measure.max_reps=100000000", "measure.min_time_s=1.0")
+    slow = ("measure.warmup=0", "measure.min_reps=1", "measure.max_reps=100000000", "measure.min_time_s=1.0",
+            "measure.rounds=1", "measure.contended_below=0")  # fmt: skip
     proc = start_dlbench("+benchmark=relu", "batch_size=1", *slow, "quiet=true", cwd=tmp_path, store=store)
     out_glob = ".dlbench/runs/*/protocol/torch_relu_relu_out.csv"
     wait_for(lambda: data_rows(out_glob, tmp_path) >= 2, proc, what="two rows were written")
@@ -203,7 +206,9 @@ def test_an_interrupted_sweep_of_the_embedded_kernels_ends_killed_and_stops_the_
     assert run.info.status == "KILLED"
     rows = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "results.csv"))))
     measured = [r["id"] for r in rows if r["status"] == "ok"]
-    assert len(rows) == 6 and measured[:2] == ["0", "1"] and len(measured) < 6
+    assert len(rows) == 6 and measured[:2] == ["0", "1"] and len(measured) < 6, [
+        (r["status"], r["error"], r["stats_note"]) for r in rows
+    ]
     assert "Traceback" not in err and "ended KILLED" in err.strip().splitlines()[-1]
 
 
@@ -215,7 +220,7 @@ def test_a_ctrl_c_while_the_command_is_still_starting_says_interrupted_without_a
     for step in range(24):
         with default_signals_in_children():
             proc = subprocess.Popen(
-                [sys.executable, "-m", "dlbench", "task=list"], cwd=tmp_path, env=clean_env(DLBENCH_WARM="0"),
+                [sys.executable, "-m", "dlbench", "task=list"], cwd=tmp_path, env=clean_env(),
                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
             )  # fmt: skip
         time.sleep(0.02 * step)

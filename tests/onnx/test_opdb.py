@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -39,7 +40,8 @@ def test_database_of_a_real_model_round_trips_through_csv(name: str, tmp_path: P
     operations = deduplicate(extract_operations(exported(name), 16).operations())
     frame = operations_frame(operations)
     path = write_csv(frame, tmp_path / "ops.csv")
-    assert read_operations(path) == operations
+    assert all(op.node is not None for op in operations)
+    assert read_operations(path) == [replace(op, node=None) for op in operations]  # the CSV holds no ONNX node
     back = read_csv(path)
     assert list(back["count"]) == [op.count for op in operations]
     assert back["count"].sum() == sum(op.count for op in operations)
@@ -51,7 +53,7 @@ def test_unfolded_database_keeps_pass_and_source_through_csv(tmp_path: Path):
     path = write_csv(operations_frame(list(unfolded.operations), unfolded.sources), tmp_path / "ops.csv")
     frame = read_csv(path)
     assert frame_sources(frame) == dict(unfolded.sources)
-    assert frame_operations(frame) == list(unfolded.operations)
+    assert frame_operations(frame) == [replace(op, node=None) for op in unfolded.operations]
     assert set(frame["pass"]) == {"forward", "backward", "backward_a", "backward_b"}
 
 

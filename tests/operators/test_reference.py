@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 from dlbench.analysis.evaluation import status_line
-from dlbench.operators.reference import REFERENCE_OPERATIONS, Drift
+from dlbench.operators.reference import REFERENCE_OPERATIONS, Drift, reference_operations
 from dlbench.operators.registry import load_registry
 
 
@@ -35,3 +35,12 @@ def test_the_status_line_names_a_drift_over_the_limit_only() -> None:
     metrics = {"step_time_predicted_ms": 90.0, "step_time_measured_ms": 100.0, "prediction_error_pct": -10.0}
     assert "machine" not in status_line({**metrics, "machine_drift_pct": 4.0})
     assert "changed +25% between training and benchmarks" in status_line({**metrics, "machine_drift_pct": 25.0})
+
+
+def test_the_gpu_references_take_the_torch_benchmarks_parameters_and_are_not_launch_bound() -> None:
+    registry = load_registry()
+    for cpu, gpu in zip(REFERENCE_OPERATIONS, reference_operations("cuda"), strict=True):
+        (entry,) = registry.serving(gpu.op_type, backend="torch", device="cpu")
+        assert [name for name, _ in gpu.params] == list(entry.param_descr), gpu.name
+        assert gpu.flops >= 100 * cpu.flops  # milliseconds on a large GPU, where a launch is microseconds
+    assert reference_operations("cpu") == REFERENCE_OPERATIONS

@@ -7,6 +7,7 @@ import hashlib
 import io
 import json
 import tempfile
+from dataclasses import replace
 from pathlib import Path
 
 import onnx
@@ -54,7 +55,8 @@ def test_extract_prints_the_table_and_logs_one_run_with_the_database(tmp_path: P
     assert run.data.tags["dlbench.model"] == "mlp" and run.data.tags["dlbench.kind"] == "extraction"
     with tempfile.TemporaryDirectory() as tmp:
         path = MlflowClient(tracking_uri=store.uri).download_artifacts(run.info.run_id, "mlp_operations.csv", tmp)
-        assert read_operations(path) == deduplicate(extract_operations(model, 32).operations())
+        expected = deduplicate(extract_operations(model, 32).operations())
+        assert read_operations(path) == [replace(op, node=None) for op in expected]  # the CSV holds no ONNX node
     counts = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "node_counts.csv"))))
     assert {(r["op_type"], r["nodes"]) for r in counts} == {("Gemm", "3"), ("Relu", "2")}
 
@@ -109,6 +111,18 @@ def test_benchmark_model_runs_each_serving_benchmark_once_under_the_extraction_r
         children["fake_gemm"].data.tags["mlflow.runName"],
     }
     assert "Conv" in result.stdout and "28.8%" in result.stdout  # 15 of 52 operator nodes
+    # every run that measured carries the interference record, as a sweep's run does
+    for run in (parent, *children.values()):
+        assert run.data.tags["dlbench.noisy"] in ("true", "false")
+        assert "interference.load_avg_1m_max" in run.data.metrics
+    assert all(r["machine_busy"] in ("True", "False") for r in relu_rows + combined)
+    busy = sum(r["machine_busy"] == "True" for r in combined)
+    assert parent.data.metrics["operations_machine_busy"] == busy
+    if parent.data.tags["dlbench.noisy"] == "true":
+        assert any(c.data.tags["dlbench.noisy"] == "true" for c in children.values())
+    # no convolution was measured: the model's sum is partial and says so
+    assert "model_total_ms" not in parent.data.metrics and parent.data.metrics["totals_complete"] == 0
+    assert parent.data.metrics["partial_model_total_ms"] > 0 and parent.data.metrics["operations_missing"] > 0
 
 
 def context(tmp_path: Path, conf: Path) -> AppContext:
@@ -245,6 +259,8 @@ def test_two_models_sharing_layers_measure_the_shared_operations_once(tmp_path: 
     rows = {r["p.N"]: r for r in results(store, child.info.run_id)}
     assert rows["256"]["reused_from_run"] != "" and rows["64"]["reused_from_run"] == ""
     assert rows["256"]["status"] == "ok" and float(rows["256"]["median_ms"]) > 0
+    # the machine's state is recorded for the row measured here, not claimed for one another run measured
+    assert rows["64"]["machine_busy"] in ("True", "False") and rows["256"]["machine_busy"] == ""
 
     again = run_dlbench(f"model=[{exported('mlp')},{variant}]", *common, cwd=tmp_path, store=store)
     assert again.returncode == 0, again.stderr
@@ -312,7 +328,7 @@ def test_an_open_sequence_stops_before_anything_is_measured(tmp_path: Path, stor
     conf = fake_backend(tmp_path / "conf")
     common = ("task=benchmark_model", f"model={path}", "backend=custom", *FAST, "--config-dir", str(conf))
     result = run_dlbench(*common, cwd=tmp_path, store=store)
-    assert result.returncode != 0 and "set dims.seq=N" in result.stderr + result.stdout
+    assert result.returncode == 2 and "set dims.seq=N" in result.stderr  # a configuration mistake
     with_seq = run_dlbench("dims.seq=24", f"reuse_store={tmp_path / 'r.db'}", *common, cwd=tmp_path, store=store)
     assert with_seq.returncode == 0, with_seq.stderr
     parent = _parents(store)["seq"]

@@ -73,6 +73,9 @@ def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_
     assert set(gemm["pass"]) == {"forward", "backward_a", "backward_b"}
     assert gemm["status"].isin(("ok", "unstable")).all() and (gemm["benchmark_ms"] > 0).all()
     assert gemm["in_training_ms"].sum() > 0
+    # the interference record, as a sweep's run has it: tag, run metrics, and per operation measured here
+    assert run.data.tags["dlbench.noisy"] in ("true", "false") and "interference.load_avg_1m_max" in m
+    assert operations.loc[operations["status"] == "ok", "machine_busy"].isin((True, False)).all()
     predicted = (operations["benchmark_ms"].fillna(0) * operations["occurrences"]).sum()
     terms = table(store, run.info.run_id, "prediction_terms.csv").set_index("term")["ms"]
     operator_terms = terms[["forward", "backward", "loss", "optimizer"]].sum()

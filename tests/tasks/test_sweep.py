@@ -25,7 +25,7 @@ def test_relu_sweep_is_one_run_with_params_tags_metrics_and_artifacts(tmp_path: 
     tags = run.data.tags
     for key in ("cpu.model", "host.name", "python.version", "torch.version", "dlbench.version", "system.id"):
         assert tags.get(key), key
-    assert run.data.tags["mlflow.runName"] == f"relu-torch_relu-bs2-fp32-{short_host()}"
+    assert run.data.tags["mlflow.runName"] == f"relu-torch_relu-bs2-fp32fw-{short_host()}"
     client = MlflowClient(tracking_uri=store.uri)
     per_operation = {k for k in run.data.metrics if k.startswith("op/")}
     names = ("stem", "l1_64", "l1_256", "l2_512", "l3_1024", "l4_2048")
@@ -46,6 +46,20 @@ def test_relu_sweep_is_one_run_with_params_tags_metrics_and_artifacts(tmp_path: 
     assert "batch_size: 2" in artifact_text(store, run.info.run_id, "config.yaml")
     names = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert "results.png" in names
+
+
+def test_a_sweep_measures_in_interleaved_rounds_with_a_reference_probe(tmp_path: Path, store: Store) -> None:
+    in_rounds = [a for a in FAST if not a.startswith("measure.rounds=")]  # the default: 4 interleaved rounds
+    result = run_dlbench("+benchmark=relu", "batch_size=1", *in_rounds, cwd=tmp_path, store=store)
+    assert result.returncode == 0, result.stderr
+    (run,) = mlflow_runs(store)
+    assert run.data.params["measure.rounds"] == "4" and float(run.data.params["measure.contended_below"]) == 0
+    rounds = artifact_text(store, run.info.run_id, "protocol/torch_relu_relu_rounds.csv").splitlines()
+    assert rounds[0].startswith("# interleaving seed ") and len(rounds) == 2 + 6 * 4, "every operation, every round"
+    rows = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "results.csv"))))
+    assert "cpu_efficiency" in rows[0] and all(0 < float(r["cpu_efficiency"]) <= 1 for r in rows if r["cpu_efficiency"])
+    assert "machine_drift_pct" in run.data.metrics and "operations_contended" in run.data.metrics
+    assert run.data.tags["dlbench.drifted"] in ("true", "false")
 
 
 def test_default_store_is_mlflow_db_in_the_start_directory(tmp_path: Path) -> None:

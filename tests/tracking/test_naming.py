@@ -40,10 +40,21 @@ def test_non_finite_values_pass_through_rounding() -> None:
 
 def test_run_name_says_benchmark_implementation_batch_dtype_and_host_and_fits_the_list_column() -> None:
     name = run_name("conv", ["torch_conv"], 32, "float32")
-    assert name == f"conv-torch_conv-bs32-fp32-{short_host()}"
+    assert name == f"conv-torch_conv-bs32-fp32fw-{short_host()}"
     assert len(name) <= 40
     assert run_name("conv", ["torch_conv"], 8, "bfloat16", "cuda").endswith(f"-bs8-bf16-cuda-{short_host()}")
     assert run_name("mlp", ["mlp", "train"], 8, "float32").startswith("mlp-train-bs8"), "no repeated benchmark"
+
+
+def test_a_float32_run_name_says_its_math_and_other_dtypes_do_not() -> None:
+    host = short_host()
+    names = {m: run_name("conv", ["cuda_conv"], 32, "float32", "cuda", m) for m in ("ieee", "tf32", "framework")}
+    assert names == {
+        "ieee": f"conv-cuda_conv-bs32-fp32ieee-cuda-{host}",
+        "tf32": f"conv-cuda_conv-bs32-fp32tf32-cuda-{host}",
+        "framework": f"conv-cuda_conv-bs32-fp32fw-cuda-{host}",
+    }
+    assert run_name("conv", ["cuda_conv"], 32, "float16", "cuda", "tf32") == f"conv-cuda_conv-bs32-fp16-cuda-{host}"
 
 
 def test_short_host_drops_the_domain_and_caps_the_length() -> None:

@@ -215,7 +215,7 @@ def test_the_sweep_run_lists_its_three_children_and_a_job_run_reads_as_a_report(
     expect(
         page.get_by_text(f"python -m dlbench +benchmark=relu batch_size={job.data.params['batch_size']}")
     ).to_be_visible()
-    assert job.info.run_name == f"relu-torch_relu-bs4-fp32-{short_host()}"
+    assert job.info.run_name == f"relu-torch_relu-bs4-fp32fw-{short_host()}"
     shot(page, "run_page", tmp_path)
 
 

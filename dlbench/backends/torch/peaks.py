@@ -3,7 +3,10 @@
 Each dtype's GEMM is sized by a short probe so that one call takes about ``roofline.call_s`` (at most
 ``roofline.gemm_size``), and every kernel stops repeating after ``roofline.kernel_budget_s``: a 4096 bfloat16
 GEMM on a CPU without bfloat16 instructions takes minutes per call, and would say nothing more. Dtypes the
-hardware has no instructions for run emulated; they are named, since their "peak" is a software path's."""
+hardware has no instructions for run emulated; they are named, since their "peak" is a software path's.
+
+float32 is measured in IEEE math (peak ``float32``) and, on a GPU with TF32 tensor cores (compute capability
+8.0 on), once more with TF32 allowed (peak ``tf32``): the ceilings of ``fp32_math=ieee`` and ``tf32``."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ from pathlib import Path
 import pandas as pd
 
 from dlbench.backends.timing import TimingSettings, time_repeated
+from dlbench.backends.torch.fp32_math import apply_fp32_math
 from dlbench.config import DlbenchConfig
 from dlbench.core.roofline import Roofline
 
@@ -28,6 +32,8 @@ NATIVE_CPU_FLAGS = {
 }
 #: CUDA compute capability from which the tensor cores compute in a dtype
 NATIVE_CUDA_CAPABILITY = {"bfloat16": (8, 0), "float16": (5, 3)}
+#: CUDA compute capability from which float32 matmuls can run on TF32 tensor cores
+TF32_CUDA_CAPABILITY = (8, 0)
 PROBE_START = 256
 SIZE_STEP = 64
 
@@ -162,6 +168,22 @@ def emulation(dtype: str, device: str) -> str:
     return f"this CPU has none of {', '.join(wanted)}; {dtype} is converted and computed in software"
 
 
+def ceilings(dtypes: list[str], device: str) -> list[tuple[str, str, str]]:
+    """(ceiling, dtype, fp32_math) to measure: float32 in IEEE math, and in TF32 on GPUs with TF32 tensor cores."""
+    out = []
+    for dtype in dtypes:
+        if dtype != "float32":
+            out.append((dtype, dtype, ""))
+            continue
+        out.append(("float32", "float32", "ieee"))
+        if device == "cuda":
+            import torch
+
+            if torch.cuda.get_device_capability() >= TF32_CUDA_CAPABILITY:
+                out.append(("tf32", "float32", "tf32"))
+    return out
+
+
 def measure_roofline(cfg: DlbenchConfig, device: str) -> tuple[Roofline, pd.DataFrame, dict[str, str], dict[str, str]]:
     """Measure the peaks configured in ``cfg.roofline``; returns them, a table, the dtypes skipped and the
     dtypes emulated (each with the reason)."""
@@ -175,23 +197,28 @@ def measure_roofline(cfg: DlbenchConfig, device: str) -> tuple[Roofline, pd.Data
     peaks: dict[str, float] = {}
     skipped: dict[str, str] = {}
     emulated: dict[str, str] = {}
-    for dtype in settings.dtypes:
-        reason = dtype_supported(dtype, device)
-        if reason:
-            skipped[dtype] = reason
-            log.warning("roofline: %s GEMM does not run on %s: %s", dtype, device, reason)
-            continue
-        why = emulation(dtype, device)
-        if why:
-            emulated[dtype] = why
-        size = probe_gemm_size(dtype, device, settings.call_s, settings.gemm_size)
-        result = measure_gemm_peak(size, dtype, device, timing)
-        peaks[dtype] = result.best_gflops
-        rows.append(
-            {"kernel": f"gemm_{dtype}", "size": size, "unit": "GFLOP/s", "best": result.best_gflops,
-             "median": result.median_gflops, "reps": result.reps, "budget_spent": result.budget_spent,
-             "emulated": bool(why)}
-        )  # fmt: skip
+    switches = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    try:
+        for ceiling, dtype, fp32_math in ceilings(list(settings.dtypes), device):
+            reason = dtype_supported(dtype, device)
+            if reason:
+                skipped[ceiling] = reason
+                log.warning("roofline: %s GEMM does not run on %s: %s", dtype, device, reason)
+                continue
+            why = emulation(dtype, device)
+            if why:
+                emulated[ceiling] = why
+            apply_fp32_math(fp32_math or "ieee")  # float32 in IEEE unless this is the TF32 ceiling
+            size = probe_gemm_size(dtype, device, settings.call_s, settings.gemm_size)
+            result = measure_gemm_peak(size, dtype, device, timing)
+            peaks[ceiling] = result.best_gflops
+            rows.append(
+                {"kernel": f"gemm_{ceiling}", "size": size, "unit": "GFLOP/s", "best": result.best_gflops,
+                 "median": result.median_gflops, "reps": result.reps, "budget_spent": result.budget_spent,
+                 "emulated": bool(why)}
+            )  # fmt: skip
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = switches
     bandwidth = measure_bandwidth(settings.stream_mib, device, timing)
     for kernel in ("copy", "triad"):
         rows.append(

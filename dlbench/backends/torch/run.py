@@ -11,6 +11,7 @@ from pathlib import Path
 import torch
 
 from dlbench.backends.timing import TimingSettings, clock_for, time_repeated
+from dlbench.backends.torch.fp32_math import apply_fp32_math
 from dlbench.backends.torch.kernels import DTYPES, KERNELS
 from dlbench.backends.torch.memory import free_memory, memory_problem, tensor_bytes
 from dlbench.backends.torch.params import UnsupportedRow
@@ -61,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     op_type, input_path = args[0], Path(args[1])
     descriptors = DESCRIPTORS[op_type]
     try:
-        run = from_environment(("threads", "dtype", "caches"))
+        run = from_environment(("threads", "dtype", "caches", "fp32_math"))
+        apply_fp32_math(str(run["fp32_math"]))
     except ValueError as err:
         print(err, file=sys.stderr)
         return 2
@@ -93,7 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         torch.inference_mode(False),
         torch.no_grad(),
     ):
-        out.write(output_header())
+        launch = hasattr(clock, "launch_ms")  # CUDA events: the host's issuing time is measured apart
+        out.write(output_header(launch=launch))
         out.flush()
         samples_out.write(SAMPLES_HEADER)
         for op_id, values in rows:
@@ -130,6 +133,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
             samples_out.write(samples_rows(op_id, timing.samples_ms))
             samples_out.flush()  # before the row, so a row that is read always has its samples
-            out.write(output_row(op_id, s))
+            launch_ms = timing.launch_ms if launch else False
+            out.write(output_row(op_id, s, cpu_efficiency=timing.cpu_efficiency, launch_ms=launch_ms))
             out.flush()
     return 1 if failed and failed == len(rows) else 0

@@ -1,0 +1,113 @@
+"""Data-parallel MLP training: DistributedDataParallel around mlp.py's network, world_size ranks, instrumented.
+
+``python TrainingBenchmarks/mlp_ddp.py --world-size 2`` starts itself under torchrun (``--nproc-per-node``,
+as an argument list) and each rank trains on its own shard of synthetic batches; a rank started by torchrun or
+as a Slurm task (``SLURM_PROCID``) trains directly. Each rank profiles its batches with the same context
+manager: rank 0 into the profile folder dlbench gave (and, under dlbench, logs the run), rank r into
+``<that folder>/rank<r>``; no other rank publishes anything.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+PROFILE_DIR = "DLBENCH_PROFILE_DIR"
+#: environment variables only rank 0 keeps: the run it logs into, the progress file dlbench polls, the export
+RANK_ZERO_ONLY = ("MLFLOW_RUN_ID", "DLBENCH_PROGRESS_FILE", "DLBENCH_EXPORT_ONNX")
+
+
+def rank_and_world() -> tuple[int, int, int] | None:
+    """rank, world size, local world size from torchrun's or Slurm's variables; None outside a process group."""
+    env = os.environ
+    if "RANK" in env and "WORLD_SIZE" in env:
+        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"]))
+    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1:
+        env.update(RANK=env["SLURM_PROCID"], WORLD_SIZE=env["SLURM_NTASKS"], LOCAL_RANK=env.get("SLURM_LOCALID", "0"))
+        env.setdefault("MASTER_ADDR", "127.0.0.1")
+        env.setdefault("MASTER_PORT", str(29500 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
+        local = int(env.get("SLURM_NTASKS_PER_NODE", env["SLURM_NTASKS"]).split("(")[0])
+        return int(env["RANK"]), int(env["WORLD_SIZE"]), local
+    return None
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def world_size_argument(argv: list[str]) -> int:
+    for i, arg in enumerate(argv):
+        if arg == "--world-size" and i + 1 < len(argv):
+            return int(argv[i + 1])
+        if arg.startswith("--world-size="):
+            return int(arg.split("=", 1)[1])
+    return 1
+
+
+def launch_ranks(world_size: int) -> int:
+    """torchrun with ``world_size`` ranks on this machine, each running this script."""
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={world_size}"]
+    return subprocess.call([*command, str(Path(__file__).resolve()), *sys.argv[1:]])
+
+
+def prepare_rank_environment(rank: int) -> None:
+    """Before dlbench's instrumentation reads its settings: rank r > 0 profiles into its own folder and
+    publishes nothing."""
+    if rank == 0:
+        return
+    base = Path(os.environ.get(PROFILE_DIR) or "dlbench_profile")
+    os.environ[PROFILE_DIR] = str(base / f"rank{rank}")
+    for name in RANK_ZERO_ONLY:
+        os.environ.pop(name, None)
+
+
+def main() -> None:
+    group = rank_and_world()
+    if group is None:
+        world_size = world_size_argument(sys.argv[1:])
+        if world_size > 1:
+            sys.exit(launch_ranks(world_size))
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+        os.environ.setdefault("MASTER_PORT", str(free_port()))
+        group = (0, 1, 1)
+    rank, world, local_world = group
+    prepare_rank_environment(rank)
+
+    import torch
+    import torch.distributed as dist
+    from common import base_parser, setup, train
+    from mlp import make_mlp, synthetic_digits
+    from torch.nn import functional as F
+    from torch.nn.parallel import DistributedDataParallel
+
+    parser = base_parser(__doc__.splitlines()[0], batch_size=32, lr=0.02)
+    parser.add_argument("--hidden", type=int, default=2048, help="units per hidden layer")
+    parser.add_argument("--layers", type=int, default=3, help="hidden layers")
+    parser.add_argument("--world-size", type=int, default=1, help="ranks (torchrun --nproc-per-node)")
+    parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size in MiB")
+    args = parser.parse_args()
+    if args.threads == 0:  # torch's default would give every rank all cores: share them
+        args.threads = max(1, (os.cpu_count() or 1) // max(local_world, 1))
+    device = setup(args)
+    if device.type == "cuda":
+        device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
+    args.world_size = world
+    model = make_mlp(28 * 28, args.hidden, args.layers, 10).to(device).to(getattr(torch, args.dtype))
+    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
+    # reported with the arguments: dlbench's prediction cuts these into DDP's buckets
+    args.parameter_bytes = ",".join(str(p.numel() * p.element_size()) for p in model.parameters())
+    data = synthetic_digits(args.data_batches, args.batch_size, device, args.seed + rank)  # each rank its shard
+    train(ddp, data, F.cross_entropy, args, f"mlp_ddp rank {rank}", network=model)
+    dist.barrier()  # every rank's profile is written before rank 0's run ends
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,142 @@
+"""One run of an operator benchmark's executable over some rows of the protocol: write the input, run the
+program (the embedded torch kernels in their persistent worker), parse what it wrote, and say for each row
+what it gave or why it gave nothing; the cpu efficiency of each row comes from the program's own column or,
+failing that, from its process tree's CPU time read as the rows appear."""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dlbench.core import interrupts
+from dlbench.core.contention import RowCpuWatch
+from dlbench.core.process import ProcessResult, run_command
+from dlbench.core.values import Measurement, Operation, TimeStats
+from dlbench.operators.align import AlignmentError, align_operation, misfit
+from dlbench.operators.embedded import is_embedded, run_embedded
+from dlbench.operators.node_file import nodes_path_for, write_nodes
+from dlbench.operators.protocol import ProtocolError, ids_written, parse_output, read_samples, write_input
+from dlbench.operators.registry import OperatorBenchmark
+
+
+def _stderr_lines_about(stderr: str, op_id: int) -> str:
+    pattern = re.compile(rf"\bid\s*[:=]?\s*{op_id}\b")
+    hits = [line.strip() for line in stderr.splitlines() if pattern.search(line)]
+    return "; ".join(hits[:3])
+
+
+@dataclass
+class Invocation:
+    """What one run of the executable over some rows gave: statistics, raw samples and cpu efficiency of the
+    rows that parsed, a reason for each row that did not, and the run-wide problems."""
+
+    process: ProcessResult
+    stats: dict[int, TimeStats]
+    samples: dict[int, list[float]]
+    efficiency: dict[int, float | None]
+    failures: dict[int, str]
+    run_errors: list[str]
+    interrupted: bool = False
+    interrupt: str = ""
+
+
+def align_rows(
+    benchmark: OperatorBenchmark, operations: Sequence[Operation]
+) -> tuple[list[tuple[int, Sequence]], dict[int, Measurement]]:
+    """Each operation's values in the benchmark's parameter order, and a misfit for those that do not fit."""
+    rows, misfits = [], {}
+    for op in operations:
+        try:
+            values = align_operation(
+                op, benchmark.param_descr, benchmark.permutations, benchmark.name, benchmark.node_file
+            )
+            rows.append((op.id, values))
+        except AlignmentError as err:
+            misfits[op.id] = misfit(op.id, err)
+    return rows, misfits
+
+
+def invoke_once(
+    benchmark: OperatorBenchmark,
+    operations: Sequence[Operation],
+    rows: Sequence[tuple[int, Sequence]],
+    settings: Any,
+    files: Any,
+    on_poll: Callable[[], None] | None,
+) -> Invocation:
+    """Run ``benchmark`` once over ``rows`` (in their order), reading its process tree's CPU time as rows
+    appear where the program does not report its own (:class:`dlbench.core.contention.RowCpuWatch`)."""
+    write_input(files.input_csv, rows)
+    if benchmark.node_file:  # the executable reads each operation's ONNX node beside the input
+        aligned = {op_id for op_id, _ in rows}
+        write_nodes(nodes_path_for(files.input_csv), [op for op in operations if op.id in aligned])
+    files.output_csv.unlink(missing_ok=True)
+    command = [*benchmark.command, str(files.input_csv)]
+    interrupted, interrupt, start_error = False, "", ""
+    embedded = is_embedded(command[:-1])
+    run = run_embedded if embedded else run_command  # the torch kernels: a persistent worker
+    cpu_watch = RowCpuWatch(lambda: _size(files.output_csv), lambda: ids_written(files.output_csv))
+    try:
+        interrupts.check()  # a Ctrl-C a library lost since the job started: measure nothing more
+        with nullcontext() if embedded or settings.device != "cpu" else cpu_watch:
+            process = run(
+                command, timeout=settings.timeout_s, env=settings.environment(), cwd=files.input_csv.parent,
+                stderr_path=files.stderr_txt, on_poll=on_poll,
+            )  # fmt: skip
+    except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see core.interrupts
+        interrupted, interrupt = True, type(err).__name__
+        stderr = files.stderr_txt.read_text(errors="replace") if files.stderr_txt.exists() else ""
+        process = ProcessResult(returncode=None, timed_out=False, stdout="", stderr=stderr, seconds=0.0)
+    except OSError as err:  # the program could not start at all: not executable, bad interpreter line
+        files.stderr_txt.write_text(f"{err}\n", encoding="utf-8")
+        process = ProcessResult(returncode=None, timed_out=False, stdout="", stderr=str(err), seconds=0.0)
+        start_error = f"could not be started: {err}"
+    exe = " ".join(benchmark.command[:3]) if benchmark.command[0] == sys.executable else benchmark.command[0]
+    failure = "was interrupted" if interrupted else start_error or process.describe_failure()
+    run_errors = [f"{benchmark.name} ({exe}) {failure}"] if failure else []
+    expected = [op_id for op_id, _ in rows]
+    parsed_rows: dict[int, TimeStats] = {}
+    problems: list[str] = []
+    problems_by_id: dict[int, list[str]] = {}
+    samples: dict[int, list[float]] = {}
+    efficiency: dict[int, float | None] = dict(cpu_watch.efficiency)
+    try:
+        parsed = parse_output(
+            files.output_csv, expected, target_rel_ci=settings.target_rel_ci, asked_reps=settings.min_reps
+        )
+        parsed_rows, problems = dict(parsed.rows), list(parsed.problems)
+        problems_by_id = {k: list(v) for k, v in parsed.problems_by_id.items()}
+        efficiency.update(parsed.cpu_efficiency)  # the program's own reading of its timed calls comes first
+        if parsed.samples_path is not None:
+            samples = read_samples(parsed.samples_path, parsed_rows)[0]
+    except ProtocolError as err:
+        if not (interrupted and not files.output_csv.exists()):
+            run_errors.append(f"{benchmark.name} ({exe}): {err}")
+    attributed = {p for found in problems_by_id.values() for p in found}
+    unexplained = [p for p in problems if p not in attributed]
+    failures: dict[int, str] = {}
+    for op_id in expected:
+        if (op_id in parsed_rows and op_id not in problems_by_id) or (interrupted and op_id not in problems_by_id):
+            continue
+        reason = "; ".join(problems_by_id.get(op_id, [])) or f"no result row for id {op_id} in {files.output_csv}"
+        hint = _stderr_lines_about(process.stderr, op_id)
+        failures[op_id] = reason + (f" (stderr: {hint})" if hint else "")
+    if unexplained:
+        more = f" (and {len(unexplained) - 20} more)" if len(unexplained) > 20 else ""
+        run_errors.append("\n".join(unexplained[:20]) + more)
+    if run_errors and process.stderr.strip() and not interrupted:
+        run_errors[0] += f" (its stderr: {files.stderr_txt})"
+    good = {i: st for i, st in parsed_rows.items() if i not in failures and i not in problems_by_id}
+    return Invocation(process, good, samples, efficiency, failures, run_errors, interrupted, interrupt)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return -1

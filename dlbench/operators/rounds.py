@@ -1,0 +1,201 @@
+"""Interleaved measurement: a sweep's operations are measured in rounds, each round giving every operation a
+share of its repetitions in a new shuffled order (google/benchmark's ``--benchmark_enable_random_interleaving``),
+so a slow spell of the machine lands on all operations rather than on the ones that ran in it; the rounds'
+samples are combined into one statistic per operation. A round in which an operation's threads waited for
+cores (:mod:`dlbench.core.contention`) is set aside; an operation with no other round is ``contended``.
+The reference probe of :mod:`dlbench.operators.reference`, timed at every round's start and after the last,
+says how far the machine's speed moved meanwhile.
+
+Why 4 rounds by default: the machine's speed here moves by ~10% within a minute, about the length of a
+23-convolution sweep. In one block, an operation's samples sit at one random place in the sweep (spread of
+that place: 0.29 of the sweep, the standard deviation of a uniform position); over R rounds in shuffled
+order, its samples average R such places, 0.29/sqrt(R): 4 rounds halve the drift an operation carries
+relative to another, 16 would be needed to halve it again. Each round costs a warm-up call and the kernel's
+set-up per operation (a few percent of a 0.2 s share) and keeps ceil(min_reps / R) = 3 repetitions of the
+default 10 per round."""
+
+from __future__ import annotations
+
+import math
+import random
+import statistics
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dlbench.core.contention import contended
+from dlbench.core.values import Measurement, TimeStats
+from dlbench.operators.protocol import SAMPLES_HEADER, output_header, output_row, samples_rows, write_input
+from dlbench.operators.reference import Drift
+
+#: settings divided between the rounds; the rest (warm-up, target_rel_ci, threads...) stay as they are
+DIVIDED = ("min_reps", "max_reps", "min_time_s", "max_time_s", "op_budget_s")
+
+
+def round_share(settings: Any, rounds: int, index: int) -> dict[str, object]:
+    """What changes in ``settings`` for round ``index`` (0-based) of ``rounds``: the divided settings, and one
+    warm-up call after the first round (the code and the caches are warm; the new tensors are not)."""
+    if rounds <= 1:
+        return {}
+    share: dict[str, object] = {}
+    for key in DIVIDED:
+        value = getattr(settings, key)
+        share[key] = max(math.ceil(value / rounds), 1) if isinstance(value, int) else value / rounds
+    if index > 0:
+        share["warmup"] = min(settings.warmup, 1)
+    return share
+
+
+def shuffled(items: Sequence, rng: random.Random) -> list:
+    return rng.sample(list(items), len(items))
+
+
+@dataclass(frozen=True)
+class RoundResult:
+    """One operation's result in one round."""
+
+    round: int
+    position: int
+    stats: TimeStats
+    samples: tuple[float, ...] = ()
+    cpu_efficiency: float | None = None
+
+
+def combine_stats(results: Sequence[RoundResult], target_rel_ci: float, asked_reps: int | None) -> TimeStats:
+    """One statistic from several rounds: recomputed from every sample where each round has them, else the
+    median of the rounds' medians (the program wrote statistics only)."""
+    if len(results) == 1:
+        return results[0].stats
+    if all(r.samples for r in results):
+        stats = TimeStats.from_samples([s for r in results for s in r.samples], target_rel_ci)
+    else:
+        reps = [r.stats.reps for r in results]
+        mins = [r.stats.min_ms for r in results if r.stats.min_ms is not None]
+        maxs = [r.stats.max_ms for r in results if r.stats.max_ms is not None]
+        stats = TimeStats(
+            median_ms=statistics.median(r.stats.median_ms for r in results),
+            min_ms=min(mins) if mins else None,
+            max_ms=max(maxs) if maxs else None,
+            reps=sum(n for n in reps if n is not None) if all(n is not None for n in reps) else None,
+        ).with_note(f"the median of {len(results)} rounds' medians (no samples written)")
+    if asked_reps is not None and stats.reps is not None and stats.reps < asked_reps:
+        stats = stats.with_note(f"{stats.reps} repetitions, {asked_reps} asked")
+    return stats
+
+
+def combine_rounds(
+    op_id: int,
+    results: Sequence[RoundResult],
+    rounds: int,
+    target_rel_ci: float,
+    asked_reps: int | None,
+    limit: float,
+) -> Measurement:
+    """The measurement of the rounds whose threads did not wait for cores; ``contended`` (of all rounds)
+    when every round did."""
+    kept = [r for r in results if not contended(r.cpu_efficiency, limit)]
+    used = kept or list(results)
+    stats = combine_stats(used, target_rel_ci, asked_reps)
+    set_aside = len(results) - len(kept)
+    if kept and set_aside:
+        stats = stats.with_note(
+            f"{set_aside} of {len(results)} rounds set aside: its threads waited for cores "
+            f"(cpu efficiency below {limit:g})"
+        )
+    if len(results) < rounds:
+        stats = stats.with_note(f"measured in {len(results)} of {rounds} rounds")
+    known = [r.cpu_efficiency for r in used if r.cpu_efficiency is not None]
+    efficiency = statistics.median(known) if known else None
+    return Measurement(op_id, stats, cpu_efficiency=efficiency, contended=not kept)
+
+
+def measured_again(first: Measurement, again: RoundResult | None, limit: float) -> Measurement:
+    """A contended operation after its measurement at the sweep's end: that one when its threads worked,
+    else the first, still contended."""
+    if again is not None and again.cpu_efficiency is not None and not contended(again.cpu_efficiency, limit):
+        note = "measured again at the sweep's end: its threads waited for cores in every round"
+        return Measurement(first.operation_id, again.stats.with_note(note), cpu_efficiency=again.cpu_efficiency)
+    assert first.stats is not None
+    if again is None:
+        note = "not measured again"
+    elif again.cpu_efficiency is None:
+        note = "measured again at the sweep's end, where its cpu efficiency could not be read"
+    else:
+        note = f"measured again at the sweep's end, still contended (cpu efficiency {again.cpu_efficiency:.2f})"
+    return Measurement(
+        first.operation_id, first.stats.with_note(note), cpu_efficiency=first.cpu_efficiency, contended=True
+    )
+
+
+def probe_report(probe_ms: Mapping[str, Sequence[float]], measurements: Mapping[int, Measurement]) -> dict[str, Any]:
+    """The reference probe's readings over the sweep as metrics (``machine_drift_pct``: last reading against
+    the first, as an evaluation's; ``machine_drift_max_pct``: the largest move from the first) and a note
+    when it moved more than the operations' own spread (the median half-width of their medians' 95%
+    intervals, ``operations_spread_pct``)."""
+    readings = {name: list(values) for name, values in probe_ms.items() if len(values) >= 2}
+    if not readings:
+        return {}
+    drift = Drift({n: v[0] for n, v in readings.items()}, {n: v[-1] for n, v in readings.items()})
+    moves = [(v_i / v[0] - 1.0) * 100.0 for v in readings.values() for v_i in v[1:] if v[0] > 0]
+    largest = max(moves, key=abs) if moves else math.nan
+    metrics = {**drift.metrics(), "machine_drift_max_pct": largest}
+    spreads = [m.stats.rel_ci for m in measurements.values() if m.ok and m.stats and m.stats.rel_ci is not None]
+    spread = statistics.median(spreads) * 100.0 if spreads else math.nan
+    if math.isfinite(spread):
+        metrics["operations_spread_pct"] = spread
+    report: dict[str, Any] = {"drift_metrics": {k: v for k, v in metrics.items() if math.isfinite(v)}}
+    if math.isfinite(largest) and math.isfinite(spread) and abs(largest) > spread:
+        per_probe = ", ".join(f"{n} {' -> '.join(f'{ms:.3g}' for ms in v)} ms" for n, v in readings.items())
+        report["drift_note"] = (
+            f"the machine's speed moved {largest:+.1f}% during the sweep (reference probe: {per_probe}), more "
+            f"than the operations' own spread (median +-{spread:.1f}%): absolute times carry that drift; the "
+            "interleaved rounds spread it over all operations, so their ratios hold better than their times"
+        )
+    return report
+
+
+def used_rounds(results: Sequence[RoundResult], again: RoundResult | None, limit: float) -> list[RoundResult]:
+    """The rounds an operation's measurement is made of (as :func:`combine_rounds` and
+    :func:`measured_again` choose them)."""
+    if again is not None and again.cpu_efficiency is not None and not contended(again.cpu_efficiency, limit):
+        return [again]
+    kept = [r for r in results if not contended(r.cpu_efficiency, limit)]
+    return kept or list(results)
+
+
+def write_combined(
+    files: Any,
+    rows: Sequence[tuple[int, Sequence]],
+    results: Mapping[int, Sequence[RoundResult]],
+    again: Mapping[int, RoundResult],
+    measurements: Mapping[int, Measurement],
+    limit: float,
+    stderr: str,
+    seed: int,
+) -> None:
+    """The protocol's files of a sweep measured in rounds, as if one invocation had written them: the input
+    in the operations' order, the statistics (``_out.csv``) and the samples they were computed from, and
+    ``_rounds.csv`` with every round of every operation (its place in the round's order, median, cpu
+    efficiency, whether it was kept); each round's own files stay beside them."""
+    write_input(files.input_csv, rows)
+    files.stderr_txt.write_text(stderr, encoding="utf-8")
+    with (
+        files.output_csv.open("w", encoding="utf-8") as out,
+        files.samples_csv.open("w", encoding="utf-8") as samples,
+        files.rounds_csv.open("w", encoding="utf-8") as table,
+    ):
+        out.write(output_header())
+        samples.write(SAMPLES_HEADER)
+        table.write(f"# interleaving seed {seed}\nid,round,position,median_ms,reps,cpu_efficiency,kept\n")
+        for op_id, _ in rows:
+            found = results.get(op_id, ())
+            used = used_rounds(found, again.get(op_id), limit) if found else []
+            m = measurements[op_id]
+            if m.stats is not None and m.error == "":
+                out.write(output_row(op_id, m.stats, cpu_efficiency=m.cpu_efficiency))
+                samples.write(samples_rows(op_id, [s for r in used for s in r.samples]))
+            for r in [*found, *([again[op_id]] if op_id in again else [])]:
+                cells = [op_id, r.round + 1 if r is not again.get(op_id) else "again", r.position + 1,
+                         f"{r.stats.median_ms:.7g}", "" if r.stats.reps is None else r.stats.reps,
+                         "" if r.cpu_efficiency is None else f"{r.cpu_efficiency:.4f}", int(r in used)]  # fmt: skip
+                table.write(",".join(map(str, cells)) + "\n")
