@@ -17,7 +17,7 @@ STATUS_MEANINGS = {
     "failed": "no measurement (see the error column)",
 }
 #: The legend entry of a hollow marker
-HOLLOW_MEANING = "hollow: not ok (an operation's status, a busy machine or a partial total)"
+HOLLOW_MEANING = "hollow: not ok (an operation's status other than ok, or a busy machine)"
 
 
 def status_meaning(status: str) -> str:

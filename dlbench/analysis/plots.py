@@ -129,7 +129,7 @@ def plot_roofline(frame: pd.DataFrame, peaks_gflops: Mapping[str, float], bandwi
 
 def plot_time_vs_batch(frame: pd.DataFrame, title: str, value: str = "median_ms"):
     """One line per (series) of ``value`` against ``batch_size``; ``frame`` has columns series,
-    batch_size and ``value``, and optionally ``marked`` (a point drawn hollow: a noisy run, a partial total)."""
+    batch_size and ``value``, and optionally ``marked`` (a point drawn hollow: a noisy run, an operation not ok)."""
     plt = _pyplot()
     fig, ax = plt.subplots(figsize=(8, 5))
     groups = list(frame.groupby("series", sort=True))
@@ -264,7 +264,7 @@ def plot_sweep_operations(
 ):
     """A sweep's operations against the swept value (the batch size: log-log): median time per call, time
     per sample, GFLOP/s, and the jobs' totals (sum of median x occurrences, and per sample). Rows whose
-    ``marked`` column is true (a status other than ok, a noisy run, a partial total) are drawn hollow."""
+    ``marked`` column is true (a status other than ok, a noisy run) are drawn hollow."""
     plt = _pyplot()
     x_order = [] if numeric else list(dict.fromkeys(jobs.sort_values(x)[x]))
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
@@ -302,7 +302,7 @@ def plot_sweep_operations(
     if hollow:
         handles, labels = (
             [*handles, hollow_handle()],
-            [*labels, "hollow: not ok (status, busy\nmachine, partial total)"],
+            [*labels, "hollow: not ok (a status\nother than ok, busy machine)"],
         )
     if handles:
         fig.legend(handles, labels, loc="center left", bbox_to_anchor=(0.84, 0.5), fontsize=7, title="operation")
