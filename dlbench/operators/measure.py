@@ -14,7 +14,14 @@ from dlbench.core.errors import RunInterrupted, TaskFailed
 from dlbench.core.progress import progress
 from dlbench.core.values import Operation, SweepResult
 from dlbench.operators.registry import OperatorBenchmark
-from dlbench.operators.runner import RunSettings, SweepFiles, failure_summary, measure_operations
+from dlbench.operators.runner import (
+    RunSettings,
+    SweepFiles,
+    failure_summary,
+    measure_operations,
+    round_files,
+    rounds_for,
+)
 
 
 def sweep_params(cfg: DlbenchConfig, entry: OperatorBenchmark, benchmark_name: str, n_ops: int, device: str) -> dict:
@@ -56,12 +63,10 @@ def measure_with_progress(
 ) -> tuple[SweepResult, SweepFiles]:
     """``measure_operations`` with a progress bar fed by the rows the executable has written so far, over
     every round (``probe``: the reference operations timed in each round, see ``measure_operations``)."""
-    rounds = settings.rounds if len(operations) > 1 else 1
+    rounds = rounds_for(settings, len(operations))
     total = len(operations) * rounds
     bar = progress(total, f"{stem}", quiet=quiet)
-    outputs = [workdir / f"{stem}_out.csv"] if rounds == 1 else [
-        workdir / f"{stem}_round{i + 1}_out.csv" for i in range(rounds)
-    ]  # fmt: skip
+    outputs = [round_files(workdir, stem, i, rounds).output_csv for i in range(rounds)]
 
     def poll() -> None:
         done = 0

@@ -61,6 +61,16 @@ class RoundResult:
     cpu_efficiency: float | None = None
 
 
+def kept_rounds(results: Sequence[RoundResult], limit: float) -> list[RoundResult]:
+    """The rounds whose threads did not wait for cores."""
+    return [r for r in results if not contended(r.cpu_efficiency, limit)]
+
+
+def recovered(again: RoundResult | None, limit: float) -> bool:
+    """Whether the measurement at the sweep's end was taken with its threads working (read, not contended)."""
+    return again is not None and again.cpu_efficiency is not None and not contended(again.cpu_efficiency, limit)
+
+
 def combine_stats(results: Sequence[RoundResult], target_rel_ci: float, asked_reps: int | None) -> TimeStats:
     """One statistic from several rounds: recomputed from every sample where each round has them, else the
     median of the rounds' medians (the program wrote statistics only)."""
@@ -93,7 +103,7 @@ def combine_rounds(
 ) -> Measurement:
     """The measurement of the rounds whose threads did not wait for cores; ``contended`` (of all rounds)
     when every round did."""
-    kept = [r for r in results if not contended(r.cpu_efficiency, limit)]
+    kept = kept_rounds(results, limit)
     used = kept or list(results)
     stats = combine_stats(used, target_rel_ci, asked_reps)
     set_aside = len(results) - len(kept)
@@ -112,7 +122,8 @@ def combine_rounds(
 def measured_again(first: Measurement, again: RoundResult | None, limit: float) -> Measurement:
     """A contended operation after its measurement at the sweep's end: that one when its threads worked,
     else the first, still contended."""
-    if again is not None and again.cpu_efficiency is not None and not contended(again.cpu_efficiency, limit):
+    if recovered(again, limit):
+        assert again is not None
         note = "measured again at the sweep's end: its threads waited for cores in every round"
         return Measurement(first.operation_id, again.stats.with_note(note), cpu_efficiency=again.cpu_efficiency)
     assert first.stats is not None
@@ -157,10 +168,10 @@ def probe_report(probe_ms: Mapping[str, Sequence[float]], measurements: Mapping[
 def used_rounds(results: Sequence[RoundResult], again: RoundResult | None, limit: float) -> list[RoundResult]:
     """The rounds an operation's measurement is made of (as :func:`combine_rounds` and
     :func:`measured_again` choose them)."""
-    if again is not None and again.cpu_efficiency is not None and not contended(again.cpu_efficiency, limit):
+    if recovered(again, limit):
+        assert again is not None
         return [again]
-    kept = [r for r in results if not contended(r.cpu_efficiency, limit)]
-    return kept or list(results)
+    return kept_rounds(results, limit) or list(results)
 
 
 def write_combined(

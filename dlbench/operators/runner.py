@@ -85,6 +85,16 @@ def sweep_files(workdir: Path, stem: str) -> SweepFiles:
     )
 
 
+def rounds_for(settings: RunSettings, operations: int) -> int:
+    """How many interleaved rounds a sweep of ``operations`` runs (one operation: nothing to interleave)."""
+    return settings.rounds if operations > 1 else 1
+
+
+def round_files(workdir: Path, stem: str, index: int, rounds: int) -> SweepFiles:
+    """The protocol files of round ``index`` (0-based) of a sweep named ``stem``: the sweep's own in one round."""
+    return sweep_files(workdir, stem if rounds == 1 else f"{stem}_round{index + 1}")
+
+
 def failure_summary(result: SweepResult, shown_ids: int = 5, shown_reasons: int = 6) -> list[str]:
     """The failed operations as a few lines: one per distinct reason (the operation's own id taken out of
     it) with a count and the first ids, so 23 times the same problem reads as one line."""
@@ -131,7 +141,7 @@ def measure_operations(
     rows, measurements = align_rows(benchmark, operations)
     if not rows:
         return SweepResult(measurements, run_error="no operation could be aligned to param_descr"), files
-    rounds = settings.rounds if len(rows) > 1 else 1  # one operation: nothing to interleave
+    rounds = rounds_for(settings, len(rows))
     limit = contention_limit(settings.device, settings.contended_below)
     base = files.input_csv.stem
     for old in [*workdir.glob(f"{base}_round*"), *workdir.glob(f"{base}_again*"), *workdir.glob(f"{base}_probe*")]:
@@ -197,10 +207,10 @@ def measure_operations(
                     break
                 share = replace(settings, **round_share(settings, rounds, index))
                 probe_now(share, f"round{index + 1}")
-                round_files = files if rounds == 1 else sweep_files(workdir, f"{base}_round{index + 1}")
-                current[0] = round_files.output_csv
+                this_round = files if rounds == 1 else round_files(workdir, base, index, rounds)
+                current[0] = this_round.output_csv
                 order = shuffled(todo, rng) if rounds > 1 else todo
-                inv = invoke(benchmark, operations, order, share, round_files)
+                inv = invoke(benchmark, operations, order, share, this_round)
                 failures.update(inv.failures)
                 for position, (op_id, _) in enumerate(order):
                     if op_id in inv.stats:
