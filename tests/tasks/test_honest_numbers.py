@@ -190,11 +190,21 @@ def test_a_busy_machine_makes_a_noisy_run_and_unstable_operations_are_named(
     (run,) = mlflow_runs(store)
     assert run.data.tags["dlbench.noisy"] == "true" and "other processes kept" in run.data.tags["dlbench.noisy_reason"]
     metrics = run.data.metrics
-    assert metrics["interference.other_cpu_cores_mean"] > 0.5 and metrics["operations_unstable"] >= 1
+    # an operation either did not converge (unstable) or its threads waited for the burning cores in every
+    # round and again at the sweep's end (contended): which one depends on the scheduler, both are named
+    assert metrics["interference.other_cpu_cores_mean"] > 0.5
+    assert metrics["operations_unstable"] + metrics["operations_contended"] >= 1
     table = results(store, run.info.run_id)
+    assert set(table["status"]) <= {"ok", "unstable", "contended"}
     unstable = table[table["status"] == "unstable"]
     assert len(unstable) == metrics["operations_unstable"] and (unstable["rel_ci"] > 0.001).all()
-    assert "did not converge" in result.stdout and all(name in result.stdout for name in unstable.index)
+    if len(unstable):
+        assert "did not converge" in result.stdout
+    contended = table[table["status"] == "contended"]
+    assert len(contended) == metrics["operations_contended"]
+    if len(contended):
+        assert "its threads waited for cores other work held" in result.stdout
+    assert all(name in result.stdout for name in (*unstable.index, *contended.index))
     assert table["machine_busy"].all() and (table["other_cpu_cores"] > 0).all()
     # the raw samples are kept: every statistic can be recomputed from them
     samples = pd.read_csv(StringIO(artifact_text(store, run.info.run_id, "protocol/torch_relu_relu_samples.csv")))
