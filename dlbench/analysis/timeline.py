@@ -199,20 +199,14 @@ PASS_ORDER = ("forward", "loss", "backward", "optimizer")
 def read_launch_ms(protocol_dir: str | Path, pattern: str = "*_evaluate_out.csv") -> dict[int, float]:
     """Host ms of issuing one call (the protocol's launch column, written by benchmarks timed with CUDA
     events) by operation id, from an evaluation's protocol files; ids without one are left out."""
-    from dlbench.operators.protocol import LAUNCH_COLUMN, TIME_UNITS_TO_MS
+    from dlbench.operators.protocol import ProtocolError, parse_output
 
     out: dict[int, float] = {}
     for path in sorted(Path(protocol_dir).glob(pattern)):
-        lines = [line.split(",") for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-        if not lines or lines[0][0].strip() != "id" or LAUNCH_COLUMN not in [c.strip() for c in lines[0]]:
-            continue
-        column = [c.strip() for c in lines[0]].index(LAUNCH_COLUMN)
-        factor = TIME_UNITS_TO_MS.get(lines[0][1].strip(), 1.0)
-        for fields in lines[1:]:
-            try:
-                out[int(fields[0])] = float(fields[column]) * factor
-            except (IndexError, ValueError):
-                continue  # a row without a launch time: the op gets the default host time
+        try:
+            out.update(parse_output(path).launch_ms)
+        except ProtocolError:
+            continue  # an unusable file: its ops get the default host time
     return out
 
 

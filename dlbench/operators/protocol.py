@@ -90,6 +90,8 @@ class ParsedOutput:
     samples_path: Path | None = None
     #: by id, where the row has it: CPU time over (wall x threads that took part) while it was timed
     cpu_efficiency: Mapping[int, float] = field(default_factory=dict)
+    #: by id, where the row has it: the host ms of issuing one call (the ``launch`` column)
+    launch_ms: Mapping[int, float] = field(default_factory=dict)
 
 
 #: Optional statistic columns after ``id, <time>``: times in the header's unit, ``reps`` a count,
@@ -255,6 +257,7 @@ def parse_output(
     expected = set(expected_ids) if expected_ids is not None else None
     rows: dict[int, TimeStats] = {}
     efficiency: dict[int, float] = {}
+    launch: dict[int, float] = {}
     first_line: dict[int, int] = {}
     by_id: dict[int, list[str]] = {}
 
@@ -303,6 +306,9 @@ def parse_output(
         cpu = values.get(EFFICIENCY_COLUMN)
         if cpu is not None and math.isfinite(cpu) and cpu > 0:
             efficiency[op_id] = cpu
+        issuing = values.get(LAUNCH_COLUMN)
+        if issuing is not None and math.isfinite(issuing) and issuing >= 0:
+            launch[op_id] = issuing * factor
     samples_path = _samples_beside_output(path)
     samples: dict[int, list[float]] = {}
     if samples_path is not None and samples_path.is_file():
@@ -324,6 +330,7 @@ def parse_output(
         problems_by_id={k: tuple(v) for k, v in by_id.items()},
         samples_path=samples_path,
         cpu_efficiency=efficiency,
+        launch_ms=launch,
     )
 
 
