@@ -132,12 +132,9 @@ def contention_limit(device: str, limit: float = CONTENDED_BELOW) -> float:
 
 def children_pids() -> list[int]:
     """This process's descendants: the executable being timed and what it started."""
-    import psutil
+    from dlbench.core.machine import own_processes
 
-    try:
-        return [p.pid for p in psutil.Process().children(recursive=True)]
-    except psutil.Error:
-        return []
+    return [p.pid for p in own_processes()[1:]]
 
 
 class RowCpuWatch:
