@@ -54,9 +54,7 @@ def run_script(tmp_path: Path, *arguments: str) -> subprocess.CompletedProcess[s
     """``python imagenet_style.py ARGS`` as its user runs it, with dlbench's profile window in the environment."""
     script = tmp_path / "imagenet_style.py"
     script.write_text(IMAGENET_STYLE_SCRIPT)
-    env = clean_env(
-        PYTHONPATH=str(REPO), **{ENV_DIR: str(tmp_path / "profile"), ENV_WARMUP: "2", ENV_BATCHES: "1"}
-    )
+    env = clean_env(PYTHONPATH=str(REPO), **{ENV_DIR: str(tmp_path / "profile"), ENV_WARMUP: "2", ENV_BATCHES: "1"})
     return subprocess.run(
         [sys.executable, str(script), *arguments], cwd=tmp_path, env=env, capture_output=True, text=True,
         timeout=300, check=False,
