@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
 import warnings
 from typing import Any
 
@@ -115,8 +116,8 @@ def op_performance_analysis_gpu(
     ``op_performance_analysis_gpu(batch_idx, input, net, cuda)``).
 
     The form decides, not ``cuda``: the device is synchronized around every batch, so its wall time includes
-    the GPU work (on a machine without CUDA the synchronization is a no-op). ``cuda=False`` is ignored and
-    said so once."""
+    the GPU work. ``cuda=False`` is ignored, and said so once where a CUDA device is present (without one the
+    synchronization is a no-op, so nothing differs)."""
     _warn_form_overrides("op_performance_analysis_gpu", cuda, False, "op_performance_analysis_cpu")
     return op_performance_analysis(batch_idx, input, net, True, **settings)
 
@@ -128,6 +129,9 @@ def _warn_form_overrides(form: str, cuda: bool | None, contradicting: bool, othe
     """One warning per form and process when ``cuda`` says the opposite of what the form does."""
     if cuda is None or bool(cuda) != contradicting or form in _WARNED_FORMS:
         return
+    torch = sys.modules.get("torch")
+    if not contradicting and not (torch is not None and torch.cuda.is_available()):
+        return  # the GPU form without a device: its synchronization changes nothing, so nothing to say
     _WARNED_FORMS.add(form)
     warnings.warn(
         f"dlbench: {form}(..., cuda={bool(cuda)}): the form decides, as in the original tool, so cuda is ignored "

@@ -74,8 +74,8 @@ def test_a_script_calling_the_form_with_four_arguments_trains_and_is_profiled(tm
     if form == "cpu":  # cuda=True handed to the CPU form in each of the 6 batches: said once
         assert warnings_said == 1, result.stderr[-3000:]
         assert "op_performance_analysis_cpu(..., cuda=True)" in result.stderr
-    else:  # cuda is False on this machine (no CUDA) and the GPU form still synchronizes: said once as well
-        assert warnings_said == (0 if torch.cuda.is_available() else 1), result.stderr[-3000:]
+    else:  # cuda=torch.cuda.is_available(): never contradicts the GPU form where it matters
+        assert warnings_said == 0, result.stderr[-3000:]
 
 
 @pytest.fixture
@@ -112,7 +112,9 @@ def test_every_form_takes_the_four_arguments_and_the_form_decides_the_synchroniz
     decided = FORMS[name]
     assert settings.sync_every_batch == (cuda if decided is None else decided)
     said = [w for w in caught if "the form decides" in str(w.message)]
-    assert len(said) == (1 if decided is not None and decided != cuda else 0)
+    # the GPU form told cuda=False says so only where a device makes the synchronization matter
+    matters = name != "op_performance_analysis_gpu" or torch.cuda.is_available()
+    assert len(said) == (1 if decided is not None and decided != cuda and matters else 0)
     if said:
         assert said[0].filename == __file__, "the warning points at the script's line, not dlbench's"
     instrument.finish()
