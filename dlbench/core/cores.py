@@ -40,3 +40,11 @@ def physical_cores() -> int:
 def resolve_threads(threads: int) -> int:
     """The thread count a benchmark runs with: ``threads``, or all physical cores for 0."""
     return threads if threads > 0 else physical_cores()
+
+
+def thread_environment(threads: int) -> dict[str, str]:
+    """The environment that gives a process started by dlbench (a training script, a benchmark) ``threads``
+    OpenMP and MKL threads unless it sets its own: torch's default would otherwise be every core of the
+    machine, whatever this process's affinity or ``threads`` say."""
+    count = str(resolve_threads(threads))
+    return {"OMP_NUM_THREADS": count, "MKL_NUM_THREADS": count}

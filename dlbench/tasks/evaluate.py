@@ -63,6 +63,7 @@ from dlbench.training.scripts import (
     run_training,
     training_entry,
 )
+from dlbench.training.threads import ThreadAgreement
 from dlbench.training.trace import read_trace
 
 #: The optimizer update's op_type; training runs PyTorch's optimizer whatever the backend measures
@@ -200,7 +201,7 @@ def evaluation_params(cfg: DlbenchConfig, entry, device: str, table, unfold_tabl
         "training": entry.name,
         "backend": cfg.backend,
         "benchmark_device": device,
-        "benchmark_threads": cfg.threads,
+        "threads_requested": cfg.threads,
         "keep_heap": cfg.keep_heap,
         "benchmark_dtype": cfg.dtype,
         "command": shlex.join(entry.command),
@@ -255,6 +256,8 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         trained = run_training(cfg, entry, arguments, workdir, export=True)
         run.log_params(script_params(trained.facts, params))
         check_ran_in_dtype(cfg, entry, trained.facts)
+        threads = ThreadAgreement.of(cfg.threads, trained.facts)  # the benchmarks run with the script's threads
+        thread_notes, ran = threads.announce(run), replace(cfg, threads=threads.benchmark)
         batches = pd.read_csv(trained.profile_dir / BATCHES_FILE)
         measured_ms, profiled_ms, steady = measured_step_ms(batches, cfg.profile.warmup)
         if steady < MIN_STEADY_STEPS:
@@ -277,7 +280,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         log_workload(run, step.operations, f"{bench.name}-training-step", str(trained.model_path))
         run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations)})
         machine = MachineRecord(run)
-        measurements, implementations, plan = measure_step(cfg, ctx, step.operations, device, run, machine)
+        measurements, implementations, plan = measure_step(ran, ctx, step.operations, device, run, machine)
 
         time_column = "self_device_us" if device == "cuda" else "self_cpu_us"
         profile = profile_per_step(trained.profile_dir, time_column)
@@ -288,7 +291,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         }
         matched = match_profile(profile, step.operations, step.passes, table, weights)
         frame = prediction_frame(step, measurements, implementations, matched.assigned_us)
-        framework_ms = measure_framework(cfg, ctx, registry, device, run, machine)
+        framework_ms = measure_framework(ran, ctx, registry, device, run, machine)
         frame["machine_busy"] = frame["id"].map(machine.busy)
         if device == "cuda":  # the framework's cost is the host's: its issuing time, not the events' span
             framework_ms = host_framework_ms(ctx.output_dir / "protocol", framework_ms)
@@ -307,7 +310,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         if "bucket_cap_mb" in ran_with:  # a DistributedDataParallel script: its gradient all-reduce too
             world_size = int(ran_with.get("world_size", cfg.world_size))
             terms, data_parallel = predict_data_parallel(
-                registry, device, run_settings(cfg, device), ctx.output_dir / "protocol", cfg.quiet, run,
+                registry, device, run_settings(ran, device), ctx.output_dir / "protocol", cfg.quiet, run,
                 ran_with, world_size, frame, terms,
             )  # fmt: skip
         coverage = model_coverage(extraction, plan.served_types)
@@ -327,7 +330,9 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         metrics.update(drift.metrics())
         metrics.update(bracket)
         metrics.update(interference_record(machine.reports)[0])
-        notes = list(step.notes) + [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
+        metrics.update(threads.metrics())
+        notes = thread_notes + list(step.notes)
+        notes += [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
         drift_note = drift.note()
         if drift_note:
             notes.append(drift_note)

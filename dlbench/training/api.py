@@ -2,8 +2,8 @@
 
     with op_performance_analysis(batch_idx):                              # time; profile chosen batches
     with op_performance_analysis_generic(batch_idx, input, net, cuda):    # ... and hand over the network
-    with op_performance_analysis_cpu(batch_idx, input, net):              # cuda=False
-    with op_performance_analysis_gpu(batch_idx, input, net):              # cuda=True: device work included
+    with op_performance_analysis_cpu(batch_idx, input, net, cuda):        # the CPU form: no device sync
+    with op_performance_analysis_gpu(batch_idx, input, net, cuda):        # the GPU form: device work included
 
 Given the network and a batch, the context manager records what the script runs with (batch size, dtype,
 device) and exports the network to ONNX when dlbench asks for it (``DLBENCH_EXPORT_ONNX``), so a script
@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import atexit
 import os
+import sys
+import warnings
 from typing import Any
 
 from dlbench.training.export import export_network, requested_path
@@ -87,14 +89,57 @@ def op_performance_analysis_generic(batch_idx: int, input: Any, net: Any, cuda: 
     return op_performance_analysis(batch_idx, input, net, cuda)
 
 
-def op_performance_analysis_cpu(batch_idx: int, input: Any = None, net: Any = None, **settings: Any) -> BatchScope:  # noqa: A002
-    """The original tool's CPU form."""
+def op_performance_analysis_cpu(
+    batch_idx: int,
+    input: Any = None,  # noqa: A002
+    net: Any = None,
+    cuda: bool | None = None,
+    **settings: Any,
+) -> BatchScope:
+    """The original tool's CPU form, with the generic form's four arguments.
+
+    As in the original tool, the form decides, not ``cuda``: batches are timed on the host without
+    synchronizing a device. ``cuda=True`` (a script that moved to a GPU but kept this form) is therefore
+    ignored, and said so once: its device work would be missing from each batch's wall time."""
+    _warn_form_overrides("op_performance_analysis_cpu", cuda, True, "op_performance_analysis_gpu")
     return op_performance_analysis(batch_idx, input, net, False, **settings)
 
 
-def op_performance_analysis_gpu(batch_idx: int, input: Any = None, net: Any = None, **settings: Any) -> BatchScope:  # noqa: A002
-    """The original tool's GPU form: the device is synchronized around every batch."""
+def op_performance_analysis_gpu(
+    batch_idx: int,
+    input: Any = None,  # noqa: A002
+    net: Any = None,
+    cuda: bool | None = None,
+    **settings: Any,
+) -> BatchScope:
+    """The original tool's GPU form, with the generic form's four arguments (its ImageNet script calls
+    ``op_performance_analysis_gpu(batch_idx, input, net, cuda)``).
+
+    The form decides, not ``cuda``: the device is synchronized around every batch, so its wall time includes
+    the GPU work. ``cuda=False`` is ignored, and said so once where a CUDA device is present (without one the
+    synchronization is a no-op, so nothing differs)."""
+    _warn_form_overrides("op_performance_analysis_gpu", cuda, False, "op_performance_analysis_cpu")
     return op_performance_analysis(batch_idx, input, net, True, **settings)
+
+
+_WARNED_FORMS: set[str] = set()
+
+
+def _warn_form_overrides(form: str, cuda: bool | None, contradicting: bool, other: str) -> None:
+    """One warning per form and process when ``cuda`` says the opposite of what the form does."""
+    if cuda is None or bool(cuda) != contradicting or form in _WARNED_FORMS:
+        return
+    torch = sys.modules.get("torch")
+    if not contradicting and not (torch is not None and torch.cuda.is_available()):
+        return  # the GPU form without a device: its synchronization changes nothing, so nothing to say
+    _WARNED_FORMS.add(form)
+    warnings.warn(
+        f"dlbench: {form}(..., cuda={bool(cuda)}): the form decides, as in the original tool, so cuda is ignored "
+        f"and {'no device is' if form.endswith('_cpu') else 'the device is'} synchronized around each batch; "
+        f"use {other} or op_performance_analysis_generic(batch_idx, input, net, cuda) to follow cuda",
+        UserWarning,
+        stacklevel=3,
+    )
 
 
 def report_parameters(**params: Any) -> None:

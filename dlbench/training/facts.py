@@ -62,7 +62,16 @@ class RunFacts:
         self.observed["script_arguments"] = shlex.join(sys.argv[1:])
 
     def as_dict(self, steps: int) -> dict[str, Any]:
-        return {"reported": dict(self.reported), "observed": {**self.observed, "steps": steps}}
+        """The facts at the end of the run; the thread count is taken again here, so a script that changed it
+        after its first batch (or never handed one over) is seen (``threads_at_end``)."""
+        observed = {**self.observed, "steps": steps}
+        torch = sys.modules.get("torch")  # the script imported it; a script that did not ran no torch threads
+        if torch is not None and hasattr(torch, "get_num_threads"):
+            now = torch.get_num_threads()
+            observed.setdefault("threads", now)
+            if observed["threads"] != now:
+                observed["threads_at_end"] = now
+        return {"reported": dict(self.reported), "observed": observed}
 
 
 def _plain(value: Any) -> Any:

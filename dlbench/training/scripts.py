@@ -13,6 +13,7 @@ from typing import Any
 from dlbench import PROJECT_ROOT
 from dlbench.config import DlbenchConfig
 from dlbench.core.allocator import allocator_environment
+from dlbench.core.cores import thread_environment
 from dlbench.core.errors import ConfigurationError, TaskFailed
 from dlbench.core.process import ProcessResult, meaningful_tail, run_command
 from dlbench.operators.registry import Registry, TrainingBenchmark
@@ -36,13 +37,15 @@ def training_entry(cfg: DlbenchConfig, registry: Registry) -> tuple[TrainingBenc
 
 def script_environment(cfg: DlbenchConfig, profile_dir: Path, extra: dict[str, str]) -> dict[str, str]:
     """How a training script is started: the dlbench that started it importable (installed or not), its
-    profile window and threads, the allocator the operator benchmarks run with; then ``extra``."""
+    profile window and threads (``OMP_NUM_THREADS`` too: a script that leaves threads to torch runs with the
+    count the operator benchmarks run with), the allocator the operator benchmarks run with; then ``extra``."""
     return {
         "PYTHONPATH": os.pathsep.join(p for p in (str(PROJECT_ROOT), os.environ.get("PYTHONPATH", "")) if p),
         ENV_WARMUP: str(cfg.profile.warmup),
         ENV_BATCHES: str(cfg.profile.batches),
         ENV_DIR: str(profile_dir),
         "DLBENCH_THREADS": str(cfg.threads),
+        **thread_environment(cfg.threads),
         **allocator_environment(cfg.keep_heap),
         **extra,
     }
