@@ -11,6 +11,10 @@ are attributed to the same Conv operation; calls nested in a family but not list
 framework time when no operation fits its shapes (``aten::fill_`` zeroing the logits' gradient belongs to
 the loss, elsewhere it is bookkeeping). The profiled step then splits without overlap into time assigned
 to operations, framework time, unmatched operator time and time outside any operator.
+
+A backward operator whose op_type the model has but whose pass the training step does not (no rule derives
+it, or a rule declares it not predicted) is ``not_predicted``: named with its time, never counted under the
+forward operation.
 """
 
 from __future__ import annotations
@@ -225,11 +229,13 @@ def profile_from_batches(rows: pd.DataFrame, time_column: str = "self_cpu_us") -
 
 @dataclass(frozen=True)
 class MatchResult:
-    """``rows``: every profiled (name, shapes) with its status (matched, framework, unmatched), category
-    and reason; ``assigned_us``: operation id -> profiled time per step assigned to it."""
+    """``rows``: every profiled (name, shapes) with its status (matched, framework, not_predicted,
+    unmatched), category and reason; ``assigned_us``: operation id -> profiled time per step assigned to it;
+    ``assignments``: (row index, operation id, time per step) of every matched row's share."""
 
     rows: pd.DataFrame
     assigned_us: Mapping[int, float]
+    assignments: tuple[tuple[int, int, float], ...] = ()
 
     def total_us(self, status: str | None = None) -> float:
         frame = self.rows if status is None else self.rows[self.rows["status"] == status]
@@ -276,6 +282,7 @@ def match_profile(
         if op.count > 0:
             by_type.setdefault(op.op_type, []).append((op, operation_fields(op)))
     assigned: dict[int, float] = {}
+    assignments: list[tuple[int, int, float]] = []
     records = []
     for row in profile.itertuples(index=False):
         name, time_us = str(row.name), float(row.time_us)
@@ -311,6 +318,19 @@ def match_profile(
                     {**record, "status": "framework", "category": "framework", "operations": "", "reason": ""}
                 )
                 continue
+            present = [t for t in rule.op_types if t in by_type]
+            if present and "forward" not in rule.passes:  # the model has the operator, the step not this pass
+                records.append(
+                    {
+                        **record,
+                        "status": "not_predicted",
+                        "category": f"{present[0]}/{'/'.join(rule.passes)}",
+                        "operations": "",
+                        "reason": f"the training step has no {'/'.join(present)} {'/'.join(rule.passes)} pass "
+                        "(no unfold rule derives it, or it is declared not predicted)",
+                    }
+                )
+                continue
             records.append(
                 {
                     **record,
@@ -324,6 +344,7 @@ def match_profile(
         share = _shares(candidates, weights)
         for op, fraction in share.items():
             assigned[op] = assigned.get(op, 0.0) + time_us * fraction
+            assignments.append((len(records), op, time_us * fraction))
         first = candidates[0]
         category = f"{first.op_type}/{passes.get(first.id, 'forward')}"
         records.append(
@@ -338,7 +359,7 @@ def match_profile(
     rows = pd.DataFrame(
         records, columns=["name", "input_shapes", "calls", "time_us", "status", "category", "operations", "reason"]
     )
-    return MatchResult(rows=rows, assigned_us=assigned)
+    return MatchResult(rows=rows, assigned_us=assigned, assignments=tuple(assignments))
 
 
 def _shares(candidates: Sequence[Operation], weights: Mapping[int, float] | None) -> dict[int, float]:
