@@ -176,7 +176,8 @@ def evaluation_note(title: str, evaluation: Evaluation, shown_types: int = 8) ->
         f"- **Profiled step**: {_fmt(m.get('step_time_profiled_ms', math.nan))} ms (profiler on). The op-type "
         "table below, `op_types.csv`, the time breakdown and the ratios are times in the profiled step.",
         f"- **Unexplained** (share of the profiled step): {_fmt(m.get('unexplained_time_pct', math.nan))}%, "
-        f"**uncovered**: {_fmt(m.get('uncovered_time_pct', math.nan))}%",
+        f"**uncovered**: {_fmt(m.get('uncovered_time_pct', math.nan))}%, **not predicted** (no term; "
+        f"`not_predicted.csv`): {_fmt(m.get('not_predicted_time_pct', math.nan))}%",
         "",
         "| term (prediction) | ms |",
         "|---|---|",

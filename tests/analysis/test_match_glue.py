@@ -128,3 +128,15 @@ def _raw(rule) -> dict:
     elif rule.kind == "not_predicted":
         raw.update(predicted=False, why=rule.why)
     return raw
+
+
+def test_time_of_operations_without_a_measurement_is_not_predicted_by_operator_and_pass(gpt):
+    step, result = matched_step(gpt)
+    frame = prediction_frame(step, {}, {}, result.assigned_us)  # nothing measured: status "no benchmark"
+    profiled_ms = result.total_us() / 1e3
+    table = not_predicted_frame(frame, result, profiled_ms)
+    assert table["ms"].sum() == pytest.approx(sum(result.assigned_us.values()) / 1e3)
+    assert set(table["reason"]) == {"no benchmark measurement (no benchmark)"}
+    gelu = table[table["aten_op"] == "aten::gelu_backward"]
+    assert list(zip(gelu["op_type"], gelu["pass"], strict=True)) == [("Erf", "backward")]
+    assert prediction_metrics(frame, result, 1.0, profiled_ms)["not_predicted_passes_time_pct"] == 0
