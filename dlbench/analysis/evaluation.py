@@ -11,7 +11,13 @@ from typing import Any
 import pandas as pd
 
 from dlbench.analysis.plots import plot_predicted_vs_measured, plot_ratio_distribution, plot_time_breakdown
-from dlbench.analysis.predict import measured, op_type_frame, time_breakdown
+from dlbench.analysis.predict import (
+    measured,
+    not_predicted_frame,
+    not_predicted_notes,
+    op_type_frame,
+    time_breakdown,
+)
 from dlbench.analysis.report import NOTE_TAG
 from dlbench.operators.reference import DRIFT_LIMIT_PCT
 
@@ -54,8 +60,10 @@ def log_evaluation(run: Any, evaluation: Evaluation, backend: str, title: str) -
     run.log_table(breakdown, "time_breakdown.csv")
     run.log_table(evaluation.matched.rows, "profile_matching.csv")
     run.log_table(evaluation.matched.unmatched(), "unmatched_ops.csv")
+    not_predicted = not_predicted_frame(frame, evaluation.matched, evaluation.profiled_ms)
+    run.log_table(not_predicted, "not_predicted.csv")
     uncovered = evaluation.uncovered_op_types
-    notes = list(evaluation.notes)
+    notes = list(evaluation.notes) + not_predicted_notes(not_predicted)
     if uncovered:
         notes.append(f"op types without a {backend} benchmark measurement (counted as 0 ms): {', '.join(uncovered)}")
     run.log_text("\n".join(notes) + "\n", "notes.txt")
@@ -126,6 +134,8 @@ def print_evaluation(run_name: str, run_id: str, evaluation: Evaluation) -> None
         f"operators {_fmt(metrics['unmatched_operator_time_pct'])}%, outside operators "
         f"{_fmt(metrics['outside_operators_pct'])}%), uncovered {_fmt(metrics['uncovered_time_pct'])}%"
     )
+    for note in not_predicted_notes(not_predicted_frame(evaluation.frame, evaluation.matched, evaluation.profiled_ms)):
+        print(note)
     top = evaluation.matched.unmatched().head(5)
     if len(top):
         print(
@@ -166,7 +176,8 @@ def evaluation_note(title: str, evaluation: Evaluation, shown_types: int = 8) ->
         f"- **Profiled step**: {_fmt(m.get('step_time_profiled_ms', math.nan))} ms (profiler on). The op-type "
         "table below, `op_types.csv`, the time breakdown and the ratios are times in the profiled step.",
         f"- **Unexplained** (share of the profiled step): {_fmt(m.get('unexplained_time_pct', math.nan))}%, "
-        f"**uncovered**: {_fmt(m.get('uncovered_time_pct', math.nan))}%",
+        f"**uncovered**: {_fmt(m.get('uncovered_time_pct', math.nan))}%, **not predicted** (no term; "
+        f"`not_predicted.csv`): {_fmt(m.get('not_predicted_time_pct', math.nan))}%",
         "",
         "| term (prediction) | ms |",
         "|---|---|",

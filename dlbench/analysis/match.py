@@ -11,6 +11,10 @@ are attributed to the same Conv operation; calls nested in a family but not list
 framework time when no operation fits its shapes (``aten::fill_`` zeroing the logits' gradient belongs to
 the loss, elsewhere it is bookkeeping). The profiled step then splits without overlap into time assigned
 to operations, framework time, unmatched operator time and time outside any operator.
+
+A backward operator whose op_type the model has but whose pass the training step does not (no rule derives
+it, or a rule declares it not predicted) is ``not_predicted``: named with its time, never counted under the
+forward operation.
 """
 
 from __future__ import annotations
@@ -132,6 +136,14 @@ class OperatorRule:
     def fields(self, op_type: str, shapes: Sequence[Any]) -> dict[str, Any]:
         return SHAPE_READERS[self.shapes](op_type, shapes)
 
+    def accepts(self, op_type: str, pass_name: str) -> bool:
+        """Whether an operation of ``op_type`` in pass ``pass_name`` can be this call: a pass is listed bare
+        (for every op_type of the rule) or as ``OpType/pass`` (for that op_type only)."""
+        return pass_name in self.passes or f"{op_type}/{pass_name}" in self.passes
+
+    def passes_of(self, op_type: str) -> list[str]:
+        return [p.rpartition("/")[2] for p in self.passes if "/" not in p or p.startswith(f"{op_type}/")]
+
 
 @dataclass(frozen=True)
 class MatchTable:
@@ -225,11 +237,13 @@ def profile_from_batches(rows: pd.DataFrame, time_column: str = "self_cpu_us") -
 
 @dataclass(frozen=True)
 class MatchResult:
-    """``rows``: every profiled (name, shapes) with its status (matched, framework, unmatched), category
-    and reason; ``assigned_us``: operation id -> profiled time per step assigned to it."""
+    """``rows``: every profiled (name, shapes) with its status (matched, framework, not_predicted,
+    unmatched), category and reason; ``assigned_us``: operation id -> profiled time per step assigned to it;
+    ``assignments``: (row index, operation id, time per step) of every matched row's share."""
 
     rows: pd.DataFrame
     assigned_us: Mapping[int, float]
+    assignments: tuple[tuple[int, int, float], ...] = ()
 
     def total_us(self, status: str | None = None) -> float:
         frame = self.rows if status is None else self.rows[self.rows["status"] == status]
@@ -276,6 +290,7 @@ def match_profile(
         if op.count > 0:
             by_type.setdefault(op.op_type, []).append((op, operation_fields(op)))
     assigned: dict[int, float] = {}
+    assignments: list[tuple[int, int, float]] = []
     records = []
     for row in profile.itertuples(index=False):
         name, time_us = str(row.name), float(row.time_us)
@@ -300,15 +315,28 @@ def match_profile(
                 problems.append(f"{op_type}: shapes {row.input_shapes} do not read as {rule.shapes}: {err}")
                 continue
             for op, op_fields in by_type.get(op_type, []):
-                if passes.get(op.id, "forward") in rule.passes and _fits(fields, op_fields):
+                if rule.accepts(op_type, passes.get(op.id, "forward")) and _fits(fields, op_fields):
                     candidates.append(op)
             if not candidates:
                 shown = ", ".join(f"{k}={v}" for k, v in fields.items()) or "any shape"
-                problems.append(f"no {op_type} operation ({'/'.join(rule.passes)}) with {shown}")
+                problems.append(f"no {op_type} operation ({'/'.join(rule.passes_of(op_type))}) with {shown}")
         if not candidates:
             if table.is_framework(name):  # a rule for some shapes (aten::fill_ of the logits), framework otherwise
                 records.append(
                     {**record, "status": "framework", "category": "framework", "operations": "", "reason": ""}
+                )
+                continue
+            missing = _missing_passes(rule, by_type, passes)
+            if missing:  # the model has the operator, the training step not the pass that runs this call
+                records.append(
+                    {
+                        **record,
+                        "status": "not_predicted",
+                        "category": missing,
+                        "operations": "",
+                        "reason": f"the training step has no {missing} operation (no unfold rule derives it, or it "
+                        "is declared not predicted)",
+                    }
                 )
                 continue
             records.append(
@@ -324,6 +352,7 @@ def match_profile(
         share = _shares(candidates, weights)
         for op, fraction in share.items():
             assigned[op] = assigned.get(op, 0.0) + time_us * fraction
+            assignments.append((len(records), op, time_us * fraction))
         first = candidates[0]
         category = f"{first.op_type}/{passes.get(first.id, 'forward')}"
         records.append(
@@ -338,7 +367,19 @@ def match_profile(
     rows = pd.DataFrame(
         records, columns=["name", "input_shapes", "calls", "time_us", "status", "category", "operations", "reason"]
     )
-    return MatchResult(rows=rows, assigned_us=assigned)
+    return MatchResult(rows=rows, assigned_us=assigned, assignments=tuple(assignments))
+
+
+def _missing_passes(rule: OperatorRule, by_type: Mapping[str, list], passes: Mapping[int, str]) -> str:
+    """``OpType/pass`` of a backward call whose op_type the model has while the step has no operation of any
+    pass the call can be ("" when the step has one, or the rule names a forward pass: then a shape differs)."""
+    present = [t for t in rule.op_types if t in by_type]
+    if not present or any("forward" in rule.passes_of(t) for t in present):
+        return ""
+    for op_type in present:
+        if any(rule.accepts(op_type, passes.get(op.id, "forward")) for op, _ in by_type[op_type]):
+            return ""
+    return f"{present[0]}/{'|'.join(rule.passes_of(present[0]))}"
 
 
 def _shares(candidates: Sequence[Operation], weights: Mapping[int, float] | None) -> dict[int, float]:

@@ -198,7 +198,9 @@ def prediction_metrics(
 
     - ``unexplained_time_pct``: time no operation explains (framework, unmatched operators, outside
       any operator);
-    - ``uncovered_time_pct``: time of operations that have no benchmark measurement.
+    - ``uncovered_time_pct``: time of operations that have no benchmark measurement;
+    - ``not_predicted_time_pct``: time the prediction has no term for: those operations, and calls of passes
+      the training step does not have (``not_predicted_passes_time_pct``), see :func:`not_predicted_frame`.
 
     ``predicted_ms``: the step as the GPU timeline (:mod:`dlbench.analysis.timeline`) has it, where host
     and device overlap; the sum of ``terms`` otherwise.
@@ -228,10 +230,51 @@ def prediction_metrics(
         "unmeasured_in_training_ms": float(frame.loc[~ok, "in_training_ms"].sum()),
         **{f"predicted_ms.{_metric_key(r.term)}": float(r.ms) for r in terms.itertuples() if r.ms},
     }
+    not_predicted = not_predicted_frame(frame, match, profiled_ms)
+    metrics["not_predicted_time_pct"] = float(not_predicted["share_pct"].sum()) if len(not_predicted) else 0.0
+    metrics["not_predicted_passes_time_pct"] = (
+        100.0 * match.total_us("not_predicted") / 1e3 / base if base else math.nan
+    )  # of which: passes the step does not have at all (the rest: operations without a measurement)
     covered_predicted = float(frame.loc[ok, "predicted_ms"].sum())
     if covered_predicted > 0:
         metrics["covered_ratio_training_to_benchmark"] = covered / covered_predicted
     return metrics
+
+
+NOT_PREDICTED_COLUMNS = ["aten_op", "op_type", "pass", "ms", "share_pct", "reason"]
+
+
+def not_predicted_frame(frame: pd.DataFrame, match: Any, profiled_ms: float) -> pd.DataFrame:
+    """What the profiled step ran that the prediction has no term for, by profiled (aten) operator and pass,
+    with its time per step and share of the profiled step: calls of a pass the training step does not have
+    (``not_predicted`` in the matching) and time assigned to operations without a benchmark measurement."""
+    records = []
+    rows = match.rows
+    for r in rows[rows["status"] == "not_predicted"].itertuples(index=False):
+        op_type, _, pass_name = str(r.category).partition("/")
+        records.append((r.name, op_type, pass_name, r.time_us / 1e3, r.reason))
+    unmeasured = frame[~measured(frame)].set_index("id")
+    for row_index, op_id, us in getattr(match, "assignments", ()):
+        if op_id in unmeasured.index:
+            op = unmeasured.loc[op_id]
+            reason = f"no benchmark measurement ({op['status']})"
+            records.append((rows.iloc[row_index]["name"], op["op_type"], op["pass"], us / 1e3, reason))
+    out = pd.DataFrame(records, columns=["aten_op", "op_type", "pass", "ms", "reason"])
+    out = out.groupby(["aten_op", "op_type", "pass", "reason"], sort=False, as_index=False)["ms"].sum()
+    base = profiled_ms if profiled_ms and math.isfinite(profiled_ms) and profiled_ms > 0 else match.total_us() / 1e3
+    out["share_pct"] = 100.0 * out["ms"] / base if base else math.nan
+    return out[NOT_PREDICTED_COLUMNS].sort_values("ms", ascending=False, ignore_index=True)
+
+
+def not_predicted_notes(table: pd.DataFrame, shown: int = 8) -> list[str]:
+    """The note naming what the prediction leaves out, costliest first, with each share of the profiled step."""
+    if table.empty:
+        return []
+    total = float(table["share_pct"].sum())
+    parts = [f"{r.aten_op} ({r.op_type} {r.pass_}) {r.share_pct:.2g}%"
+             for r in table.rename(columns={"pass": "pass_"}).head(shown).itertuples(index=False)]  # fmt: skip
+    more = f", and {len(table) - shown} more (not_predicted.csv)" if len(table) > shown else ""
+    return [f"not predicted ({total:.3g}% of the profiled step, no benchmark term): {', '.join(parts)}{more}"]
 
 
 def _metric_key(term: str) -> str:
@@ -252,6 +295,10 @@ def time_breakdown(frame: pd.DataFrame, match: Any, profiled_ms: float) -> pd.Da
         rows.append({"part": f"{op_type} {part}", "kind": "operation", "ms": float(sub["in_training_ms"].sum())})
     rows.append({"part": "framework", "kind": "unexplained", "ms": match.total_us("framework") / 1e3})
     rows.append({"part": "unmatched operators", "kind": "unexplained", "ms": match.total_us("unmatched") / 1e3})
+    if match.total_us("not_predicted"):
+        rows.append(
+            {"part": "not predicted passes", "kind": "unexplained", "ms": match.total_us("not_predicted") / 1e3}
+        )
     operator_ms = match.total_us() / 1e3
     if profiled_ms and math.isfinite(profiled_ms):
         rows.append({"part": "outside operators", "kind": "unexplained", "ms": max(profiled_ms - operator_ms, 0.0)})

@@ -34,6 +34,9 @@ ONNX_ELEMENT_TYPES: dict[int, tuple[str, int]] = {
     13: ("uint64", 8), 16: ("bfloat16", 2),
 }  # fmt: skip
 INDEX_BYTES = 8  # int64 indices
+#: ``mode`` 3 + i: the gradient of input i alone (the binary operators and Where: training differentiates only
+#: the inputs that need a gradient, so ``x / constant`` computes one)
+INPUT_GRADIENT_MODE = 3
 
 
 class InvalidParameters(ValueError):
@@ -187,7 +190,7 @@ def flops_per_element(op_type: str, p: Mapping[str, Number]) -> int:
 
 def glue_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int) -> tuple[float, float]:
     """FLOPs and compulsory bytes of one pass (``mode`` 0 forward, 1 backward: the gradients of every float
-    input, Pow's base only) of a glue operator."""
+    input, Pow's base only; 3 + i: input i's gradient alone, binary operators and Where) of a glue operator."""
     t = glue_tensors(op_type, p)
     mode = integer(p, "mode", 0)
     ins = [elements(s) for s in t.inputs]
@@ -218,6 +221,12 @@ def glue_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int) -> tuple[
         return float(out - ins[0]), float(dtype_bytes * (out + ins[0]))
     if op_type in MOVEMENT:  # the gradient moves the data back
         return 0.0, float(dtype_bytes * (out + float_in))
+    if mode >= INPUT_GRADIENT_MODE:  # one input's gradient: read the incoming gradient and the others, write it
+        i = mode - INPUT_GRADIENT_MODE
+        if i >= len(ins) or t.kinds[i] != "float" or op_type not in (*BINARY, "Where"):
+            raise InvalidParameters(f"mode={mode}: {op_type} has no input {i} to differentiate alone")
+        others = read - width[i] * ins[i]
+        return float(per * out), float(dtype_bytes * (out + ins[i]) + others)
     # pointwise and broadcasting arithmetic: read the incoming gradient and the saved tensors, write the
     # input gradients (a broadcast input's gradient is summed from the output-sized one)
     grads = float_in if op_type != "Pow" else ins[0]

@@ -13,16 +13,13 @@ from typing import Any
 from dlbench.core.descriptors import DESCRIPTORS, operation_cost
 from dlbench.core.shapes import rank4
 from dlbench.core.values import Operation
+from dlbench.onnx.unfold import declared_notes
 
 #: Outputs of these operators carry no gradient (shapes, indices, masks).
 NON_DIFFERENTIABLE = frozenset(
     {"Shape", "Size", "ConstantOfShape", "Range", "NonZero", "ArgMax", "ArgMin", "Equal", "Less", "Greater",
      "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Trilu", "Cast", "EyeLike"}
 )  # fmt: skip
-
-
-#: Which forward input a derived pass differentiates against (the others take input 0).
-PASS_INPUT = {"backward_weights": 1, "backward_b": 1}
 
 
 FLOAT_TYPES = frozenset({1, 10, 11, 16})  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
@@ -185,7 +182,7 @@ def training_step(
         count = op.count
         if facts is not None and op.nodes:
             if pass_name != "forward" and options.get("prune_gradients", True):
-                index = PASS_INPUT.get(pass_name, 0)
+                index = unfolding.input_of(op.id)  # the input the pass differentiates (the unfold table's)
                 needed = sum(
                     1 for node in op.nodes if node not in facts.node_inputs or facts.input_requires_grad(node, index)
                 )
@@ -201,6 +198,7 @@ def training_step(
             continue
         operations.append(replace(op, count=count) if count != op.count else op)
         passes[op.id] = pass_name
+    notes.extend(declared_notes(unfolding.declared))  # passes that cost nothing or are not predicted
     next_id = max((op.id for op in operations), default=-1) + 1
     loss = options.get("loss") or {}
     if facts is not None and loss.get("enabled", True) and facts.outputs:

@@ -12,7 +12,7 @@ from functools import lru_cache
 
 from dlbench.core.descriptors import DTYPE_BYTES, operation_cost
 from dlbench.core.values import Operation
-from dlbench.onnx.unfold import UnfoldError, UnfoldTable, load_table
+from dlbench.onnx.unfold import DERIVED, FREE, UnfoldError, UnfoldTable, load_table
 
 FORWARD = "forward"
 
@@ -57,9 +57,11 @@ def cost_of_passes(operation: Operation, passes: Sequence[str], dtype: str = "fl
         else:
             try:
                 rules = [r for r in _table().rules_for(operation.op_type) if r.pass_name == name and r.applies(values)]
-                problems = [(r.derived_op_type, dict(r.derive(forward))) for r in rules]
+                problems = [(r.derived_op_type, dict(r.derive(forward))) for r in rules if r.kind == DERIVED]
             except (UnfoldError, ArithmeticError, TypeError):
                 return 0.0, 0.0
+            if rules and all(r.kind == FREE for r in rules):
+                continue  # a view or a gradient passed through: nothing to add
         if not problems:
             return 0.0, 0.0
         for op_type, params in problems:

@@ -46,6 +46,7 @@ from dlbench.onnx import unfold
 from dlbench.onnx.errors import ExtractionError
 from dlbench.onnx.extract import extract_operations
 from dlbench.onnx.opdb import deduplicate
+from dlbench.onnx.patterns import fuse_exported_gelus
 from dlbench.onnx.step import graph_facts, training_step
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import model_coverage, plan_benchmarks
@@ -273,6 +274,9 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         except ExtractionError as err:
             raise TaskFailed(str(err)) from err
         forward = with_dtype_costs(deduplicate(extraction.operations()), cfg.dtype)
+        time_column = "self_device_us" if device == "cuda" else "self_cpu_us"
+        profile = profile_per_step(trained.profile_dir, time_column)
+        forward, fused_notes = fuse_exported_gelus(forward, trained.model_path, set(profile["name"]))
         unfolding = unfold.unfold_operations(forward, unfold_table)
         facts = graph_facts(trained.model_path, batch_size).with_inferred_outputs(extraction.nodes)
         step = training_step(forward, unfolding, facts, table.training, DTYPE_BYTES.get(cfg.dtype, 4))
@@ -282,8 +286,6 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         machine = MachineRecord(run)
         measurements, implementations, plan = measure_step(ran, ctx, step.operations, device, run, machine)
 
-        time_column = "self_device_us" if device == "cuda" else "self_cpu_us"
-        profile = profile_per_step(trained.profile_dir, time_column)
         weights = {
             op.id: measurements[op.id].stats.median_ms * op.count
             for op in step.operations
@@ -331,7 +333,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         metrics.update(bracket)
         metrics.update(interference_record(machine.reports)[0])
         metrics.update(threads.metrics())
-        notes = thread_notes + list(step.notes)
+        notes = thread_notes + fused_notes + list(step.notes)
         notes += [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
         drift_note = drift.note()
         if drift_note:

@@ -91,7 +91,7 @@ def test_encoder_softmax_and_layernorm_get_backward_modes():
     forward = deduplicate(extract_operations(exported("encoder"), 4).operations())
     unfolded = unfold_operations(forward, load_table())
     backward = [op for op in unfolded.operations if unfolded.pass_of(op.id) == "backward"]
-    assert {op.op_type for op in backward} == {"Softmax", "LayerNormalization", "Relu"}
+    assert {"Softmax", "LayerNormalization", "Relu"} <= {op.op_type for op in backward}
     assert all(op.param_dict["mode"] == 1 for op in backward)
     matmuls = [op for op in unfolded.operations if op.op_type == "MatMul"]
     assert len(matmuls) == 3 * len([op for op in forward if op.op_type == "MatMul"])
@@ -155,6 +155,6 @@ def test_a_rule_setting_a_descriptor_the_operation_lacks_is_an_error(tmp_path: P
 def test_the_shipped_table_covers_the_canonical_operators():
     table = load_table()
     assert {r.pass_name for r in table.rules_for("Conv")} == {"backward_data", "backward_weights"}
-    assert table.rules_for("Add") == ()
+    assert {r.pass_name for r in table.rules_for("Add")} == {"backward_a", "backward_b"}
     for op_type in ("BatchNormalization", "Relu", "GlobalAveragePool", "MaxPool", "AveragePool", "Softmax"):
         assert [r.pass_name for r in table.rules_for(op_type)] == ["backward"]

@@ -1,5 +1,6 @@
 """Broadcasting arithmetic: Mul, Div, Sub, Pow, the n-ary Sum, Max and Min, and Where, forward and backward
-(the gradient formula autograd runs, including the sums a broadcast operand's gradient needs)."""
+(the gradient formula autograd runs, including the sums a broadcast operand's gradient needs), for every
+input or for one (training differentiates only the inputs that need a gradient: ``x / constant``)."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections.abc import Callable
 
 import torch
 
-from dlbench.backends.torch.params import Kernel, Pass, autograd_pass, glue, mode_of
+from dlbench.backends.torch.params import Kernel, Pass, UnsupportedRow, autograd_pass, glue, gradient_inputs, mode_of
 
 BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "Mul": torch.mul,
@@ -31,9 +32,10 @@ def binary_kernel(op_type: str) -> Kernel:
         # a divisor away from 0 (and a gradient -a/b^2 that stays finite)
         b = torch.rand(b_shape, device=device, dtype=dtype)
         b = b + 0.5 if op_type == "Div" else torch.randn_like(b)
-        if mode_of(p) == 0:
+        wrt = gradient_inputs(p, [0, 1])
+        if not wrt:
             return Pass(lambda: function(a, b), (a, b))
-        return autograd_pass(function, [a, b], [0, 1])
+        return autograd_pass(function, [a, b], wrt)
 
     return kernel_fn
 
@@ -53,9 +55,13 @@ def power(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass
     def function(base: torch.Tensor, exponent: torch.Tensor) -> torch.Tensor:
         return torch.pow(base, 2.0) if scalar else torch.pow(base, exponent)
 
-    if mode_of(p) == 0:
+    # mode 1: the base's gradient (an exponent is a constant in real networks); mode 4: the exponent's alone
+    wrt = gradient_inputs(p, [0, 1])
+    if not wrt:
         return Pass(lambda: function(a, b), (a, b))
-    return autograd_pass(function, [a, b], [0])
+    if wrt == [1] and scalar:
+        raise UnsupportedRow("a one-element exponent is a constant (timed as 2): it has no gradient")
+    return autograd_pass(function, [a, b], [0] if len(wrt) == 2 else wrt)
 
 
 def variadic_kernel(op_type: str) -> Kernel:
@@ -79,6 +85,7 @@ def where(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass
     c_shape, x_shape, y_shape = glue("Where", p).inputs
     condition = torch.rand(c_shape, device=device) < 0.5
     x, y = torch.randn(x_shape, device=device, dtype=dtype), torch.randn(y_shape, device=device, dtype=dtype)
-    if mode_of(p) == 0:
+    wrt = gradient_inputs(p, [1, 2])
+    if not wrt:
         return Pass(lambda: torch.where(condition, x, y), (condition, x, y))
-    return autograd_pass(torch.where, [condition, x, y], [1, 2])
+    return autograd_pass(torch.where, [condition, x, y], wrt)

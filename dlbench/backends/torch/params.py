@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from dlbench.core.glue import GlueTensors, InvalidParameters, glue_tensors
+from dlbench.core.glue import INPUT_GRADIENT_MODE, GlueTensors, InvalidParameters, glue_tensors
 
 aten = torch.ops.aten
 
@@ -126,3 +126,17 @@ def mode_of(p: dict[str, float]) -> int:
     if mode not in (0, 1):
         raise UnsupportedRow(f"mode={mode}: this operator has 0 forward and 1 backward")
     return mode
+
+
+def gradient_inputs(p: dict[str, float], differentiable: list[int]) -> list[int]:
+    """Which inputs a row's pass differentiates: none for the forward (mode 0), every ``differentiable`` one
+    (mode 1), or one of them (mode 3 + its index)."""
+    mode = integer(p, "mode", 0)
+    if mode == 0:
+        return []
+    if mode == 1:
+        return list(differentiable)
+    if mode - INPUT_GRADIENT_MODE in differentiable:
+        return [mode - INPUT_GRADIENT_MODE]
+    allowed = ", ".join(f"{INPUT_GRADIENT_MODE + i} (input {i})" for i in differentiable)
+    raise UnsupportedRow(f"mode={mode}: this operator has 0 forward, 1 backward of every input, {allowed}")
