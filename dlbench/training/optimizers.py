@@ -25,10 +25,13 @@ def batch_folded_file(batch_idx: int) -> str:
 #: The range dlbench opens around ``torch.nn.utils.clip_grad_norm_``.
 CLIP_RANGE = "dlbench::clip_grad_norm_"
 
+#: The folded row of an optimizer's step ends with its class: ``dlbench::optimizer_step#AdamW``.
+OPTIMIZER_STEP = "dlbench::optimizer_step"
+
 #: Profiler ranges whose time (their own and everything nested in them) is one operation: pattern -> the row
 #: name the folded time gets. Ranges named as they are keep their name (and their recorded shapes).
 FOLDED: dict[str, str] = {
-    "Optimizer.step#*": "dlbench::optimizer_step",
+    "Optimizer.step#*": OPTIMIZER_STEP,  # + "#<class>", see folded_name
     "Optimizer.zero_grad#*": "dlbench::zero_grad",
     CLIP_RANGE: "dlbench::clip_grad_norm",
     # BCE-with-logits runs as several aten operators, forward and backward
@@ -41,8 +44,11 @@ _IGNORED_OPTIONS = frozenset({"params", "lr", "initial_lr", "differentiable", "c
 
 
 def folded_name(name: str) -> str | None:
+    """The row name a folded range's time goes to (None: not a folded range)."""
     for pattern, folded in FOLDED.items():
         if fnmatch.fnmatchcase(name, pattern):
+            if folded == OPTIMIZER_STEP:  # Optimizer.step#AdamW.step -> dlbench::optimizer_step#AdamW
+                return f"{OPTIMIZER_STEP}#{name.partition('#')[2].removesuffix('.step')}"
             return folded
     return None
 
