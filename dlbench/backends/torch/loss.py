@@ -37,7 +37,7 @@ def bce_with_logits(p: dict[str, float], device: torch.device, dtype: torch.dtyp
     target = (torch.rand(shape4(p), device=device) < 0.5).to(dtype)
     if mode_of(p) == 0:
         return Pass(lambda: F.binary_cross_entropy_with_logits(x, target), (x, target))
-    return autograd_pass(lambda logits: F.binary_cross_entropy_with_logits(logits, target), [x], [0])
+    return autograd_pass(F.binary_cross_entropy_with_logits, [x, target], [0])  # the gradient of the logits
 
 
 def nll_loss(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass:
