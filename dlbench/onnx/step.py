@@ -215,7 +215,7 @@ def training_step(
     if loss.get("enabled", True) and ran is not None and ran.losses is not None:
         made = loss_operations(ran.losses)
         added += made.operations
-        notes += made.notes or ["loss: no loss operator dlbench knows in the profile; no loss operations"]
+        notes += made.notes if ran.losses else ["loss: no loss operator dlbench knows in the profile; none added"]
         not_costed += made.not_costed
     elif facts is not None and loss.get("enabled", True) and facts.outputs:
         added_loss, loss_note = _assumed_loss(facts, loss)
@@ -235,7 +235,6 @@ def training_step(
         operations.append(_synthetic(next_id, op_type, params, count, node, dtype_bytes))
         passes[next_id] = pass_name
         next_id += 1
-    notes += [f"not costed: {what}: {why}" for what, why in not_costed]
     return TrainingStep(tuple(operations), passes, tuple(dict.fromkeys(notes)), tuple(not_costed))
 
 
