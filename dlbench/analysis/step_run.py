@@ -156,3 +156,12 @@ def not_costed_time(
     if not_costed:
         metrics["not_costed_time_pct"] = sum(v for k, v in metrics.items() if k.endswith("_pct"))
     return notes, metrics
+
+
+def ran_params(ran: StepRun) -> dict[str, str]:
+    """The run's params naming what the script ran: its optimizers and losses (``assumed`` where no record)."""
+    optimizers = "assumed" if ran.optimizers is None else ",".join(str(r.get("class", "?")) for r in ran.optimizers)
+    losses = "assumed" if ran.losses is None else ",".join(loss.op_type or loss.operator for loss in ran.losses)
+    return {"ran.optimizers": optimizers or "none", "ran.losses": losses or "none",
+            "ran.clip_grad_norm": str(ran.clipping is not None).lower(),
+            "ran.zero_grad_in_place": str(ran.zero_grad is not None).lower()}  # fmt: skip

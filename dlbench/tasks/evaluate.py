@@ -34,7 +34,7 @@ from dlbench.analysis.predict import (
 )
 from dlbench.analysis.report import log_workload
 from dlbench.analysis.results import interference_record
-from dlbench.analysis.step_run import not_costed_time, read_step_profile, step_run
+from dlbench.analysis.step_run import not_costed_time, ran_params, read_step_profile, step_run
 from dlbench.analysis.timeline import gpu_step, host_framework_ms, lane_breakdown
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
@@ -280,7 +280,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         step = training_step(forward, unfolding, facts, table.training, DTYPE_BYTES.get(cfg.dtype, 4), ran)
         run.set_tags({"dlbench.model_sha256": extraction.sha256})
         log_workload(run, step.operations, f"{bench.name}-training-step", str(trained.model_path))
-        run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations)})
+        run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations), **ran_params(ran)})
         machine = MachineRecord(run)
         measurements, implementations, plan = measure_step(cfg, ctx, step.operations, device, run, machine)
 

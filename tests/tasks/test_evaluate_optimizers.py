@@ -113,6 +113,8 @@ def test_adamw_mse_zero_grad_in_place_and_clipping_are_costed_as_they_ran(tmp_pa
     assert terms.set_index("term").loc["optimizer", "ms"] > 0 and terms.set_index("term").loc["loss", "ms"] > 0
     assert "optimizer: AdamW group 0, 4 tensors, per tensor" in notes and "not costed" not in notes
     assert "zero_grad(set_to_none=False)" in notes and "gradient clipping" in notes
+    assert run.data.params["ran.optimizers"] == "AdamW" and run.data.params["ran.losses"] == "MSELoss"
+    assert run.data.params["ran.clip_grad_norm"] == "true" and run.data.params["ran.zero_grad_in_place"] == "true"
 
 
 @pytest.mark.slow
@@ -146,6 +148,7 @@ def test_an_optimizer_and_a_loss_dlbench_cannot_cost_are_named_with_their_share(
     assert measured_and_matched(update)
     assert of_pass(operations, "loss_forward", "loss_backward").empty
     assert "not costed: optimizer Sign (__main__)" in notes and "not costed: loss aten::l1_loss" in notes
+    assert run.data.params["ran.optimizers"] == "RMSprop,Sign" and run.data.params["ran.losses"] == "aten::l1_loss"
     m = run.data.metrics
     assert 0 < m["not_costed.optimizer_Sign_pct"] < 100 and m["not_costed.optimizer_Sign_ms"] > 0
     assert m["not_costed_time_pct"] >= m["not_costed.optimizer_Sign_pct"]
