@@ -110,8 +110,9 @@ def measured_step_ms(batches: pd.DataFrame, warmup: int) -> tuple[float, float, 
 OPERATOR_TERMS = {
     "forward": "operators: forward passes (benchmark median x occurrences)",
     "backward": "operators: backward passes (unfolded gradient problems)",
-    "loss": "loss: forward and backward at the logits' shape",
-    "optimizer": "optimizer: the in-place update of every parameter tensor",
+    # the loss and optimizer as the script ran them (dlbench.onnx.update)
+    "loss": "loss: forward and backward of each loss the profile shows, at its shape",
+    "optimizer": "optimizer: each optimizer's step as it ran, with zero_grad in place and gradient clipping",
 }
 
 

@@ -24,6 +24,27 @@ def _elements(p: Mapping[str, Number], prefix: str = "", suffix: str = "") -> in
     return int(math.prod(int(p.get(f"{prefix}{d}{suffix}", 1)) for d in "NCHW"))
 
 
+#: Per parameter element: FLOPs and memory accesses of the plain update (options add to them in update_cost).
+UPDATE_COSTS = {"SGD": (2, 3), "Adam": (12, 7), "AdamW": (13, 7), "RMSprop": (6, 5), "ZeroGrad": (0, 1),
+                "ClipGradNorm": (3, 3)}  # fmt: skip
+
+
+def update_cost(op_type: str, p: Mapping[str, Number]) -> tuple[int, int]:
+    """FLOPs and accesses per element of an optimizer update: SGD's momentum buffer (read and written, +1 FLOP
+    and +1 with nesterov), weight decay (+1 FLOP), AMSGrad's maximum (+1 FLOP, +2 accesses), RMSprop's
+    centered mean and momentum buffer (+2 FLOPs, +2 accesses each)."""
+    flops, accesses = UPDATE_COSTS[op_type]
+    if op_type in ("SGD", "RMSprop") and p.get("momentum", 0):
+        flops, accesses = flops + 2 + int(bool(p.get("nesterov", 0))), accesses + 2
+    if op_type == "RMSprop" and p.get("centered", 0):
+        flops, accesses = flops + 2, accesses + 2
+    if op_type in ("Adam", "AdamW") and p.get("amsgrad", 0):
+        flops, accesses = flops + 1, accesses + 2
+    if p.get("weight_decay", 0):
+        flops += 1
+    return flops, accesses
+
+
 def operation_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int = 4) -> tuple[float, float]:
     """FLOPs and minimum bytes moved of one operation, from its named parameters.
 
@@ -64,9 +85,16 @@ def operation_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int = 4) 
             out_h, out_w = conv_output_hw(p)
             outs = int(p["N"]) * int(p["C"]) * out_h * out_w
             return float(outs * p["kernel_shape_0"] * p["kernel_shape_1"]), dtype_bytes * float(_elements(p) + outs)
-        if op_type == "SGD":  # buf = m buf + g; p -= lr buf: 3 FLOPs, 3 reads and 2 writes per element
+        if op_type in UPDATE_COSTS:  # the optimizer's update over all its tensors: per element FLOPs, accesses
+            flops, accesses = update_cost(op_type, p)
+            e = int(p.get("numel") or _elements(p) * int(p.get("tensors", 1)))
+            return float(flops * e), dtype_bytes * float(accesses * e)
+        if op_type in ("MSELoss", "BCEWithLogitsLoss"):  # forward: read input and target; backward: + a gradient
             e = _elements(p)
-            return float(3 * e), dtype_bytes * float(5 * e)
+            return float((3 if op_type == "MSELoss" else 6) * e), dtype_bytes * float((2 if mode == 0 else 3) * e)
+        if op_type == "NLLLoss":  # forward gathers N values; backward writes an N x C gradient
+            n, c = int(p["N"]), int(p["C"])
+            return float(n if mode == 0 else n * c), dtype_bytes * float(n if mode == 0 else n * c)
         if op_type == "SoftmaxCrossEntropyLoss":  # log_softmax + gather; backward: zero, scatter, softmax grad
             e = int(p["N"]) * int(p["C"])
             return float(5 * e), dtype_bytes * float((2 if mode == 0 else 4) * e)

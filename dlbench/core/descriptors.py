@@ -43,6 +43,26 @@ GATHER_ELEMENTS = [*ADD, "axis", "mode"]  # data N C H W, indices (and output) _
 REDUCE = "N C H W reduce_N reduce_C reduce_H reduce_W mode".split()  # 1: the dimension is reduced (kept as 1)
 LRN = "N C H W size alpha beta bias mode".split()
 
+# The training step's optimizer, as torch.optim ran it: ``tensors`` parameters of N C H W each, or, when
+# ``numel`` is not ``tensors`` x N C H W (one foreach call over tensors of many shapes), ``numel`` elements
+# split evenly over ``tensors`` 1-D tensors; options as numbers (booleans 0/1; the learning rate changes no work)
+OPTIMIZER_GEOMETRY = "N C H W tensors numel".split()
+OPTIMIZERS: dict[str, list[str]] = {
+    "SGD": [*OPTIMIZER_GEOMETRY, *"momentum dampening nesterov weight_decay maximize foreach fused".split()],
+    "Adam": [*OPTIMIZER_GEOMETRY, *"beta1 beta2 eps weight_decay amsgrad maximize foreach fused".split()],
+    "AdamW": [*OPTIMIZER_GEOMETRY, *"beta1 beta2 eps weight_decay amsgrad maximize foreach fused".split()],
+    "RMSprop": [*OPTIMIZER_GEOMETRY, *"alpha eps weight_decay momentum centered maximize foreach".split()],
+    # optimizer.zero_grad(set_to_none=False), and torch.nn.utils.clip_grad_norm_, over the same tensors
+    "ZeroGrad": [*OPTIMIZER_GEOMETRY, "foreach"],
+    "ClipGradNorm": [*OPTIMIZER_GEOMETRY, "max_norm", "norm_type", "foreach"],
+}
+#: The training step's losses besides SoftmaxCrossEntropyLoss: input N C H W (NLLLoss: N rows of C classes)
+LOSSES: dict[str, list[str]] = {
+    "MSELoss": ELEMENTWISE,
+    "BCEWithLogitsLoss": ELEMENTWISE,
+    "NLLLoss": "N C mode".split(),
+}
+
 #: op_type -> canonical descriptors, the ``param_descr`` of the shipped registry entries.
 DESCRIPTORS: dict[str, list[str]] = {
     "Conv": CONV,
@@ -56,8 +76,9 @@ DESCRIPTORS: dict[str, list[str]] = {
     "Add": ADD,
     "Softmax": SOFTMAX,
     "LayerNormalization": LAYERNORM,
-    "SGD": "N C H W".split(),  # one optimizer update of a parameter tensor of this shape
+    **OPTIMIZERS,  # the optimizer update of ``tensors`` parameter tensors
     "SoftmaxCrossEntropyLoss": "N C mode".split(),  # N rows of C classes (the training step's loss)
+    **LOSSES,
     # a batch of ``ops`` operators too small to compute: the framework's own cost per operator
     "FrameworkOverhead": "ops mode".split(),
     **{op: ELEMENTWISE for op in ("Sqrt", "Erf", "Tanh", "Sigmoid", "Exp", "Log", "Neg", "Clip")},

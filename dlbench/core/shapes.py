@@ -13,7 +13,8 @@ Shape = tuple[int, ...]
 
 #: Op types whose tensors are described elementwise-style (leading 1s); the others as (N, C, spatial...).
 LEADING_ONES_STYLE = frozenset(
-    {"Relu", "Add", "Softmax", "LayerNormalization", "SGD"}
+    {"Relu", "Add", "Softmax", "LayerNormalization", "SGD", "Adam", "AdamW", "RMSprop"}
+    | {"ZeroGrad", "ClipGradNorm", "MSELoss", "BCEWithLogitsLoss"}
     | {"Sqrt", "Erf", "Gelu", "Tanh", "Sigmoid", "Exp", "Log", "Neg", "Clip", "Cast"}
     | {"Mul", "Div", "Sub", "Pow", "Sum", "Max", "Min", "Where"}
     | {"Concat", "Split", "Slice", "Transpose", "Gather", "GatherElements", "Expand", "Tile", "ReduceMean", "ReduceSum"}

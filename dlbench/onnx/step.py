@@ -14,6 +14,7 @@ from dlbench.core.descriptors import DESCRIPTORS, operation_cost
 from dlbench.core.shapes import rank4
 from dlbench.core.values import Operation
 from dlbench.onnx.unfold import declared_notes
+from dlbench.onnx.update import StepRun, loss_operations, update_operations
 
 #: Outputs of these operators carry no gradient (shapes, indices, masks).
 NON_DIFFERENTIABLE = frozenset(
@@ -149,6 +150,8 @@ class TrainingStep:
     operations: tuple[Operation, ...]
     passes: Mapping[int, str]
     notes: tuple[str, ...] = ()
+    #: (what, why) the script ran that no operation costs: an optimizer or loss without a benchmark
+    not_costed: tuple[tuple[str, str], ...] = ()
 
     def pass_of(self, op_id: int) -> str:
         return self.passes.get(op_id, "forward")
@@ -160,6 +163,7 @@ def training_step(
     facts: GraphFacts | None,
     options: Mapping[str, Any] | None = None,
     dtype_bytes: int = 4,
+    ran: StepRun | None = None,
 ) -> TrainingStep:
     """Forward operations and their unfolded backward passes (``unfolding``: a
     :class:`dlbench.unfold.Unfolding` of ``forward``), adjusted by the graph's facts:
@@ -167,13 +171,17 @@ def training_step(
     - ``prune_gradients``: a derived pass runs once per node whose differentiated input needs a gradient
       (the first layer computes no data gradient);
     - ``fuse_bias_add``: an Add of a constant right after a MatMul/Gemm is PyTorch's addmm, not a kernel;
-    - ``loss``: cross entropy on the first graph output flattened to (rows, classes), forward and backward
-      (``SoftmaxCrossEntropyLoss``; ``op_type: Softmax`` approximates it by a Softmax forward and backward);
-    - ``optimizer``: per parameter tensor one ``SGD`` operation of its shape (the in-place momentum update,
-      measured by :mod:`dlbench.evaluate`), or ``updates_per_parameter`` operations of another op_type.
+    - ``loss``: the losses ``ran`` read from the profile, forward and backward (:mod:`dlbench.onnx.update`);
+      without them cross entropy on the first graph output flattened to (rows, classes), assumed;
+    - ``optimizer``: the optimizers, ``zero_grad`` and clipping the script's run facts recorded, as they ran;
+      without a record SGD with momentum per parameter tensor, assumed (``op_type`` and
+      ``updates_per_parameter``: another op_type stands in).
+
+    What ``ran`` names but dlbench cannot cost is in ``not_costed`` and the notes, never costed as another.
     """
     options = dict(options or {})
     notes: list[str] = []
+    not_costed: list[tuple[str, str]] = []
     forward_ids = {op.id for op in forward}
     operations: list[Operation] = []
     passes: dict[int, str] = {}
@@ -200,44 +208,32 @@ def training_step(
         passes[op.id] = pass_name
     notes.extend(declared_notes(unfolding.declared))  # passes that cost nothing or are not predicted
     next_id = max((op.id for op in operations), default=-1) + 1
+    added: list[tuple[str, dict[str, Any], int, str, str]] = []
     loss = options.get("loss") or {}
-    if facts is not None and loss.get("enabled", True) and facts.outputs:
-        shape = facts.output_shapes.get(facts.outputs[0])
-        if shape:
-            rows, classes = math.prod(shape[:-1]) if len(shape) > 1 else 1, shape[-1]
-            op_type = str(loss.get("op_type", "SoftmaxCrossEntropyLoss"))
-            for mode, pass_name in enumerate(LOSS_PASSES):
-                params = (
-                    {"N": rows, "C": classes, "mode": mode}
-                    if op_type == "SoftmaxCrossEntropyLoss"
-                    else {"N": 1, "C": 1, "H": rows, "W": classes, "axis": 3, "mode": mode}  # a Softmax stand-in
-                )
-                operations.append(_synthetic(next_id, op_type, params, 1, f"loss:{facts.outputs[0]}", dtype_bytes))
-                passes[next_id] = pass_name
-                next_id += 1
-            notes.append(f"loss: {op_type} forward and backward on the logits ({rows} x {classes})")
-        else:
-            notes.append(f"loss: the shape of output {facts.outputs[0]!r} is not static; no loss operations")
+    if loss.get("enabled", True) and ran is not None and ran.losses is not None:
+        made = loss_operations(ran.losses)
+        added += made.operations
+        notes += made.notes if ran.losses else ["loss: no loss operator dlbench knows in the profile; none added"]
+        not_costed += made.not_costed
+    elif facts is not None and loss.get("enabled", True) and facts.outputs:
+        added_loss, loss_note = _assumed_loss(facts, loss)
+        added += added_loss
+        notes.append(loss_note)
     optimizer = options.get("optimizer") or {}
-    if facts is not None and optimizer.get("enabled", True) and facts.parameters:
-        op_type = str(optimizer.get("op_type", "SGD"))
-        # one SGD operation runs the whole update of a tensor; an Add stands for one of its passes
-        per_parameter = 1 if op_type == "SGD" else int(optimizer.get("updates_per_parameter", 3))
-        by_shape: dict[tuple[int, ...], list[str]] = {}
-        for name, shape in facts.parameters:
-            by_shape.setdefault(rank4("SGD", shape), []).append(name)
-        for shape, names in by_shape.items():
-            params = dict(zip("NCHW", shape, strict=True))
-            if op_type != "SGD":
-                params.update({f"{d}_b": v for d, v in zip("NCHW", shape, strict=True)})
-            op = _synthetic(next_id, op_type, params, per_parameter * len(names), "", dtype_bytes)
-            operations.append(replace(op, nodes=tuple(f"optimizer:{name}" for name in names)))
-            passes[next_id] = OPTIMIZER_PASS
-            next_id += 1
-        notes.append(
-            f"optimizer: {per_parameter} {op_type} operation(s) per parameter tensor ({len(facts.parameters)} tensors)"
-        )
-    return TrainingStep(tuple(operations), passes, tuple(dict.fromkeys(notes)))
+    if optimizer.get("enabled", True) and ran is not None and ran.optimizers is not None:
+        made = update_operations(ran)
+        added += made.operations
+        notes += made.notes or ["optimizer: the script stepped no torch.optim optimizer; no optimizer operations"]
+        not_costed += made.not_costed
+    elif facts is not None and optimizer.get("enabled", True) and facts.parameters:
+        added_update, update_note = _assumed_optimizer(facts, optimizer)
+        added += added_update
+        notes.append(update_note)
+    for op_type, params, count, pass_name, node in added:
+        operations.append(_synthetic(next_id, op_type, params, count, node, dtype_bytes))
+        passes[next_id] = pass_name
+        next_id += 1
+    return TrainingStep(tuple(operations), passes, tuple(dict.fromkeys(notes)), tuple(not_costed))
 
 
 def _synthetic(op_id: int, op_type: str, params: Mapping[str, Any], count: int, node: str, dtype_bytes: int):
@@ -249,7 +245,7 @@ def _synthetic(op_id: int, op_type: str, params: Mapping[str, Any], count: int, 
         op_type=op_type,
         params=ordered,
         count=count,
-        nodes=(node,) if node else (),
+        nodes=tuple(n for n in node.split(",") if n),  # a synthetic operation's nodes, comma-separated
         flops=flops or None,
         bytes_moved=moved or None,
     )
@@ -264,3 +260,49 @@ def _is_bias_add(facts: GraphFacts, node: str) -> bool:
         return False
     other = inputs[constant.index(False)]
     return facts.producers.get(other) in ("MatMul", "Gemm")
+
+
+# --------------------------------------------------- the loss and optimizer dlbench assumes when none was recorded
+
+
+def _assumed_loss(facts: GraphFacts, loss: Mapping[str, Any]) -> tuple[list, str]:
+    """Cross entropy on the first graph output flattened to (rows, classes) (``op_type: Softmax``: a Softmax
+    forward and backward stand in for it)."""
+    shape = facts.output_shapes.get(facts.outputs[0])
+    if not shape:
+        return [], f"loss: the shape of output {facts.outputs[0]!r} is not static; no loss operations"
+    rows, classes = math.prod(shape[:-1]) if len(shape) > 1 else 1, shape[-1]
+    op_type = str(loss.get("op_type", "SoftmaxCrossEntropyLoss"))
+    added = []
+    for mode, pass_name in enumerate(LOSS_PASSES):
+        params = (
+            {"N": rows, "C": classes, "mode": mode}
+            if op_type == "SoftmaxCrossEntropyLoss"
+            else {"N": 1, "C": 1, "H": rows, "W": classes, "axis": 3, "mode": mode}  # a Softmax stand-in
+        )
+        added.append((op_type, params, 1, pass_name, f"loss:{facts.outputs[0]}"))
+    return added, f"loss: {op_type} forward and backward on the logits ({rows} x {classes}), assumed (none recorded)"
+
+
+def _assumed_optimizer(facts: GraphFacts, optimizer: Mapping[str, Any]) -> tuple[list, str]:
+    """SGD with momentum 0.9 per parameter tensor, per tensor (no foreach), or ``updates_per_parameter``
+    operations of another op_type (Add) per tensor."""
+    op_type = str(optimizer.get("op_type", "SGD"))
+    per_parameter = 1 if op_type == "SGD" else int(optimizer.get("updates_per_parameter", 3))
+    by_shape: dict[tuple[int, ...], list[str]] = {}
+    for name, shape in facts.parameters:
+        by_shape.setdefault(rank4("SGD", shape), []).append(name)
+    added = []
+    for shape, names in by_shape.items():
+        params: dict[str, Any] = dict(zip("NCHW", shape, strict=True))
+        if op_type == "SGD":
+            params.update(tensors=len(names), numel=len(names) * math.prod(shape), momentum=0.9)
+            count = 1
+        else:
+            params.update({f"{d}_b": v for d, v in zip("NCHW", shape, strict=True)})
+            count = per_parameter * len(names)
+        added.append((op_type, params, count, OPTIMIZER_PASS, ",".join(f"optimizer:{name}" for name in names)))
+    return added, (
+        f"optimizer: {op_type} (momentum 0.9) assumed, no optimizer recorded: {per_parameter} operation(s) per "
+        f"parameter tensor ({len(facts.parameters)} tensors)"
+    )

@@ -21,7 +21,7 @@ import pandas as pd
 from dlbench.analysis import match
 from dlbench.analysis.data_parallel import predict_data_parallel
 from dlbench.analysis.evaluation import Evaluation, log_evaluation, print_evaluation
-from dlbench.analysis.match import match_profile, profile_per_step
+from dlbench.analysis.match import match_profile
 from dlbench.analysis.predict import (
     FRAMEWORK_MODES,
     FRAMEWORK_OPS,
@@ -34,6 +34,7 @@ from dlbench.analysis.predict import (
 )
 from dlbench.analysis.report import log_workload
 from dlbench.analysis.results import interference_record
+from dlbench.analysis.step_run import not_costed_time, ran_params, read_step_profile, step_run
 from dlbench.analysis.timeline import gpu_step, host_framework_ms, lane_breakdown
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
@@ -67,8 +68,8 @@ from dlbench.training.scripts import (
 from dlbench.training.threads import ThreadAgreement
 from dlbench.training.trace import read_trace
 
-#: The optimizer update's op_type; training runs PyTorch's optimizer whatever the backend measures
-SGD_OP_TYPE = "SGD"
+#: The optimizer's op_types (:mod:`dlbench.onnx.update`); training runs PyTorch's whatever the backend measures
+UPDATE_OP_TYPES = ("SGD", "Adam", "AdamW", "RMSprop", "ZeroGrad", "ClipGradNorm")
 FRAMEWORK_OP_TYPE = "FrameworkOverhead"
 
 log = logging.getLogger(__name__)
@@ -120,9 +121,10 @@ def measure_step(
     workdir = ctx.output_dir / "protocol"
     assignments = list(plan.assignments)
     served = {op.id for _, ops in assignments for op in ops}
-    sgd = tuple(op for op in operations if op.op_type == SGD_OP_TYPE and op.id not in served)
-    if sgd:
-        assignments.append((optimizer_benchmark(registry, device), sgd))
+    for op_type in UPDATE_OP_TYPES:  # training runs PyTorch's optimizer whatever backend measures the rest
+        update = tuple(op for op in operations if op.op_type == op_type and op.id not in served)
+        if update:
+            assignments.append((optimizer_benchmark(registry, device, op_type), update))
     for entry, ops in assignments:
         log.info("measuring %d operations with %s", len(ops), entry.name)
         result, files = measure_with_progress(entry, ops, settings, workdir, f"{entry.name}_evaluate", cfg.quiet)
@@ -186,12 +188,12 @@ def measure_reference(
     return medians
 
 
-def optimizer_benchmark(registry: Registry, device: str):
-    """The torch entry that times PyTorch's in-place optimizer update: training runs it whatever
+def optimizer_benchmark(registry: Registry, device: str, op_type: str = "SGD"):
+    """The torch entry that times PyTorch's optimizer update ``op_type``: training runs it whatever
     ``backend`` measures the other operations."""
-    entries = registry.serving(SGD_OP_TYPE, "torch", device)
+    entries = registry.serving(op_type, "torch", device)
     if not entries:
-        raise TaskFailed(f"no torch benchmark of {SGD_OP_TYPE} on {device} is registered (see conf/registry/)")
+        raise TaskFailed(f"no torch benchmark of {op_type} on {device} is registered (see conf/registry/)")
     return entries[0]
 
 
@@ -258,7 +260,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         run.log_params(script_params(trained.facts, params))
         check_ran_in_dtype(cfg, entry, trained.facts)
         threads = ThreadAgreement.of(cfg.threads, trained.facts)  # the benchmarks run with the script's threads
-        thread_notes, ran = threads.announce(run), replace(cfg, threads=threads.benchmark)
+        thread_notes, bench_cfg = threads.announce(run), replace(cfg, threads=threads.benchmark)
         batches = pd.read_csv(trained.profile_dir / BATCHES_FILE)
         measured_ms, profiled_ms, steady = measured_step_ms(batches, cfg.profile.warmup)
         if steady < MIN_STEADY_STEPS:
@@ -275,16 +277,17 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             raise TaskFailed(str(err)) from err
         forward = with_dtype_costs(deduplicate(extraction.operations()), cfg.dtype)
         time_column = "self_device_us" if device == "cuda" else "self_cpu_us"
-        profile = profile_per_step(trained.profile_dir, time_column)
+        profile, folded = read_step_profile(trained.profile_dir, time_column)  # optimizer, clipping: one row each
         forward, fused_notes = fuse_exported_gelus(forward, trained.model_path, set(profile["name"]))
         unfolding = unfold.unfold_operations(forward, unfold_table)
         facts = graph_facts(trained.model_path, batch_size).with_inferred_outputs(extraction.nodes)
-        step = training_step(forward, unfolding, facts, table.training, DTYPE_BYTES.get(cfg.dtype, 4))
+        ran = step_run(trained.facts, profile, folded)  # the loss and optimizer the script ran
+        step = training_step(forward, unfolding, facts, table.training, DTYPE_BYTES.get(cfg.dtype, 4), ran)
         run.set_tags({"dlbench.model_sha256": extraction.sha256})
         log_workload(run, step.operations, f"{bench.name}-training-step", str(trained.model_path))
-        run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations)})
+        run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations), **ran_params(ran)})
         machine = MachineRecord(run)
-        measurements, implementations, plan = measure_step(ran, ctx, step.operations, device, run, machine)
+        measurements, implementations, plan = measure_step(bench_cfg, ctx, step.operations, device, run, machine)
 
         weights = {
             op.id: measurements[op.id].stats.median_ms * op.count
@@ -293,7 +296,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         }
         matched = match_profile(profile, step.operations, step.passes, table, weights)
         frame = prediction_frame(step, measurements, implementations, matched.assigned_us)
-        framework_ms = measure_framework(ran, ctx, registry, device, run, machine)
+        framework_ms = measure_framework(bench_cfg, ctx, registry, device, run, machine)
         frame["machine_busy"] = frame["id"].map(machine.busy)
         if device == "cuda":  # the framework's cost is the host's: its issuing time, not the events' span
             framework_ms = host_framework_ms(ctx.output_dir / "protocol", framework_ms)
@@ -312,7 +315,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         if "bucket_cap_mb" in ran_with:  # a DistributedDataParallel script: its gradient all-reduce too
             world_size = int(ran_with.get("world_size", cfg.world_size))
             terms, data_parallel = predict_data_parallel(
-                registry, device, run_settings(ran, device), ctx.output_dir / "protocol", cfg.quiet, run,
+                registry, device, run_settings(bench_cfg, device), ctx.output_dir / "protocol", cfg.quiet, run,
                 ran_with, world_size, frame, terms,
             )  # fmt: skip
         coverage = model_coverage(extraction, plan.served_types)
@@ -335,6 +338,9 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         metrics.update(threads.metrics())
         notes = thread_notes + fused_notes + list(step.notes)
         notes += [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
+        not_costed_notes, not_costed_metrics = not_costed_time(step.not_costed, profile, profiled_ms)
+        notes += not_costed_notes
+        metrics.update(not_costed_metrics)
         drift_note = drift.note()
         if drift_note:
             notes.append(drift_note)

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from dlbench.training.facts import RunFacts, effective_params, write_facts
+from dlbench.training.optimizers import FOLDED_COLUMNS, OptimizerRecorder, batch_folded_file, folded_rows
 from dlbench.training.profile import (
     BATCH_COLUMNS,
     BATCHES_FILE,
@@ -52,7 +53,7 @@ from dlbench.training.profile import (
     ProfiledBatch,
     batch_ops_file,
     batch_trace_file,
-    operator_rows,
+    operator_table,
     summarize,
     summary_columns,
     write_csv,
@@ -208,6 +209,9 @@ class ProfileSession:
         #: what the script runs with (see dlbench.training.facts) and whether its network was exported
         self.facts = RunFacts()
         self.exported = False
+        #: which optimizer stepped, with what options and shapes; clip_grad_norm_ in a range of its own
+        self.optimizers = OptimizerRecorder()
+        self.optimizers.install()
 
     def batch(self, batch_idx: int) -> BatchScope:
         return BatchScope(self, batch_idx)
@@ -258,9 +262,14 @@ class ProfileSession:
     def _record_profile(self, batch_idx: int, wall_s: float, profiler: Any) -> None:
         out_dir = self.settings.out_dir
         out_dir.mkdir(parents=True, exist_ok=True)
-        rows = operator_rows(profiler, batch_idx)
+        from dlbench.training.trace import kineto_events
+
+        events = kineto_events(profiler)
+        rows = operator_table(events, batch_idx)
         ops_path = out_dir / batch_ops_file(batch_idx)
         write_csv(ops_path, PROFILE_COLUMNS, rows)
+        # what ran inside the optimizer's step, zero_grad, the clipping and a composite loss: one operation each
+        write_csv(out_dir / batch_folded_file(batch_idx), FOLDED_COLUMNS, folded_rows(events, batch_idx))
         trace_path: Path | None = out_dir / batch_trace_file(batch_idx)
         try:
             profiler.export_chrome_trace(str(trace_path))
@@ -331,7 +340,8 @@ class ProfileSession:
             self.write_summary()
         if self._timeline.steps:
             self.write_batches()
-        facts = self.facts.as_dict(len(self._timeline.steps))
+        facts = {**self.facts.as_dict(len(self._timeline.steps)), **self.optimizers.facts()}
+        self.optimizers.uninstall()
         write_facts(self.settings.out_dir, facts)
         if not self._published and os.environ.get("MLFLOW_RUN_ID"):
             self._published = True

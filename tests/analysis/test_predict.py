@@ -162,15 +162,17 @@ def test_prediction_sums_benchmark_time_times_occurrences_and_reports_shares(tmp
     assert math.isclose(breakdown.loc["Gemm forward", "share_pct"], 100 * 2.0 / profiled_ms)
 
 
-def test_the_registered_sgd_benchmark_times_the_in_place_update_per_shape(tmp_path: Path):
+def test_the_registered_sgd_benchmark_times_the_update_per_shape_and_refuses_an_empty_one(tmp_path: Path):
     from dlbench.core.values import Operation
     from dlbench.operators.registry import load_registry
     from dlbench.operators.runner import RunSettings, measure_operations
     from dlbench.tasks.evaluate import optimizer_benchmark
 
+    options = (("tensors", 2), ("numel", 4096), ("momentum", 0.9), ("dampening", 0), ("nesterov", 0),
+               ("weight_decay", 0), ("maximize", 0), ("foreach", 0), ("fused", 0))  # fmt: skip
     ops = [
-        Operation(0, "SGD", (("N", 1), ("C", 1), ("H", 64), ("W", 32))),
-        Operation(1, "SGD", (("N", 1), ("C", 1), ("H", 0), ("W", 32))),
+        Operation(0, "SGD", (("N", 1), ("C", 1), ("H", 64), ("W", 32), *options)),
+        Operation(1, "SGD", (("N", 1), ("C", 1), ("H", 0), ("W", 32), *options)),
     ]
     settings = RunSettings(warmup=1, min_reps=2, min_time_s=0, threads=1)
     result, _ = measure_operations(optimizer_benchmark(load_registry(), "cpu"), ops, settings, tmp_path)

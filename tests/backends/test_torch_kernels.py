@@ -117,8 +117,8 @@ def test_every_operator_and_mode_runs_on_small_shapes() -> None:
     for op_type, kernel in tk.KERNELS.items():
         for mode in modes.get(op_type, (0, 1)):
             result = kernel({**small, "mode": mode}, CPU, F32)()
-            if op_type == "SGD" or (op_type == "FrameworkOverhead" and mode == 2):
-                # an in-place update (its values: test_torch_kernels_numerics); the autograd engine's backward
+            if op_type in IN_PLACE or (op_type == "FrameworkOverhead" and mode == 2):
+                # an in-place update (its values: test_optimizer_and_loss_kernels); the autograd engine's backward
                 # accumulates into the leaf's gradient (test_training_ops)
                 assert result is None
                 continue
@@ -128,6 +128,10 @@ def test_every_operator_and_mode_runs_on_small_shapes() -> None:
                 assert isinstance(tensor, torch.Tensor) and tensor.numel() > 0, (op_type, mode)
                 if tensor.is_floating_point():
                     assert bool(torch.isfinite(tensor).all()), f"{op_type} mode {mode}: non-finite values"
+
+
+#: Kernels that update their tensors in place and return nothing: the optimizers' steps and zero_grad.
+IN_PLACE = frozenset({"SGD", "Adam", "AdamW", "RMSprop", "ZeroGrad"})
 
 
 def test_relu_backward_is_threshold_backward_of_the_output() -> None:

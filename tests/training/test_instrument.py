@@ -167,8 +167,10 @@ def test_environment_configures_an_unchanged_script_through_the_original_name(tm
 
     written = sorted(p.name for p in (tmp_path / "profile").iterdir())
     assert written == [
+        "batch_1_folded.csv",
         "batch_1_ops.csv",
         "batch_1_trace.json",
+        "batch_2_folded.csv",
         "batch_2_ops.csv",
         "batch_2_trace.json",
         "batches.csv",

@@ -1,4 +1,4 @@
-"""Relu, Add with broadcasting, Softmax, and the in-place SGD-with-momentum update."""
+"""Relu, Add with broadcasting and Softmax (the optimizer updates are in :mod:`dlbench.backends.torch.optim`)."""
 
 from __future__ import annotations
 
@@ -34,17 +34,3 @@ def softmax(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Ca
         return lambda: torch.softmax(x, axis)
     y, grad = torch.softmax(x, axis), torch.randn_like(x)
     return lambda: aten._softmax_backward_data(grad, y, axis, dtype)
-
-
-def sgd(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
-    """The optimizer step of one parameter tensor, in place as training runs it: SGD with momentum,
-    ``buf = 0.9 buf + grad; param -= lr buf``. (An out-of-place Add allocates a fresh output per call and
-    overestimates this several times over.)"""
-    shape = shape4(p)
-    param, grad, buf = (randn(shape, device, dtype) for _ in range(3))
-
-    def update() -> None:
-        buf.mul_(0.9).add_(grad)
-        param.add_(buf, alpha=-1e-6)
-
-    return update

@@ -8,12 +8,14 @@ import torch
 
 from dlbench.backends.torch.arithmetic import binary_kernel, power, variadic_kernel, where
 from dlbench.backends.torch.conv import conv
-from dlbench.backends.torch.elementwise import add, relu, sgd, softmax
+from dlbench.backends.torch.elementwise import add, relu, softmax
 from dlbench.backends.torch.gemm import gemm
 from dlbench.backends.torch.logic import FUNCTIONS as LOGIC
 from dlbench.backends.torch.logic import logic_kernel
+from dlbench.backends.torch.loss import bce_with_logits, mse_loss, nll_loss
 from dlbench.backends.torch.movement import concat, expand, gather, gather_elements, slice_, split, tile, transpose
 from dlbench.backends.torch.norm import batchnorm, layernorm
+from dlbench.backends.torch.optim import clip_grad_norm, optimizer_kernel, zero_grad
 from dlbench.backends.torch.params import Kernel
 from dlbench.backends.torch.pointwise import FUNCTIONS, cast, gelu, pointwise_kernel
 from dlbench.backends.torch.pool import global_avg_pool, pool_kernel
@@ -32,8 +34,14 @@ KERNELS: dict[str, Kernel] = {
     "Add": add,
     "Softmax": softmax,
     "LayerNormalization": layernorm,
-    "SGD": sgd,
+    # the training step's optimizer and loss, as the script ran them
+    **{op_type: optimizer_kernel(op_type) for op_type in ("SGD", "Adam", "AdamW", "RMSprop")},
+    "ZeroGrad": zero_grad,
+    "ClipGradNorm": clip_grad_norm,
     "SoftmaxCrossEntropyLoss": cross_entropy,
+    "MSELoss": mse_loss,
+    "BCEWithLogitsLoss": bce_with_logits,
+    "NLLLoss": nll_loss,
     "FrameworkOverhead": dispatch,
     # the glue of real networks
     **{op_type: pointwise_kernel(op_type) for op_type in FUNCTIONS},

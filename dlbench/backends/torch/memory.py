@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from dlbench.backends.torch.params import glue, integer, positive, shape4, window
+from dlbench.core.costs import UPDATE_COSTS
 from dlbench.core.glue import GLUE_OP_TYPES, INDEX_BYTES, elements
 
 
@@ -26,6 +27,14 @@ def tensor_bytes(op_type: str, p: dict[str, float], element_size: int) -> int:
         return 3 * integer(p, "N") * integer(p, "C") * element_size  # logits, log-probabilities, gradient
     if op_type == "FrameworkOverhead":
         return 0
+    if op_type in UPDATE_COSTS:  # parameters, gradients and up to four state tensors each (AMSGrad, centered)
+        positive(p, "tensors")
+        n, c, h, w = shape4(p)
+        numel = integer(p, "numel", 0) or n * c * h * w * integer(p, "tensors", 1)
+        return 6 * numel * element_size
+    if op_type == "NLLLoss":
+        positive(p, "N", "C")
+        return 3 * integer(p, "N") * integer(p, "C") * element_size  # log-probabilities, gradient
     n, c, h, w = shape4(p)
     x = n * c * h * w
     mode = integer(p, "mode", 0)
@@ -53,8 +62,6 @@ def tensor_bytes(op_type: str, p: dict[str, float], element_size: int) -> int:
         b = b_shape[0] * b_shape[1] * b_shape[2] * b_shape[3]
         out = max(n, b_shape[0]) * max(c, b_shape[1]) * max(h, b_shape[2]) * max(w, b_shape[3])
         return (x + b + out) * element_size
-    if op_type == "SGD":
-        return 3 * x * element_size  # parameter, gradient, momentum buffer
     # elementwise and normalisations: input, output, and in backward a gradient and a saved result
     return (2 if mode == 0 or op_type == "GlobalAveragePool" else 4) * x * element_size
 
