@@ -16,6 +16,7 @@ from dlbench.analysis.inference import (
     ENGINE_BACKENDS,
     inference_metrics,
     inference_table,
+    overhead_terms,
     print_inference,
     summary_frame,
 )
@@ -94,12 +95,13 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         for file in end_to_end.files:
             run.log_artifact(file, "end_to_end")
         table = inference_table(operations, measured, implementations)
-        summary = summary_frame(table, end_to_end.stats, end_to_end.errors)
+        overheads = overhead_terms(table, end_to_end.facts)
+        summary = summary_frame(table, end_to_end.stats, end_to_end.errors, overheads)
         run.log_table(table, "inference_operations.csv")
         run.log_table(summary, "inference_summary.csv")
         agreement = end_to_end.facts.get("max_relative_difference", {})
         run.log_metrics({
-            **inference_metrics(table, end_to_end.stats),
+            **inference_metrics(table, end_to_end.stats, overheads),
             **{f"outputs_{k}": float(v) for k, v in agreement.items()},
             "load_average_start": load_start, "load_average_end": os.getloadavg()[0],
         })  # fmt: skip

@@ -103,6 +103,57 @@ def agreement(reference: list[np.ndarray], other: list[np.ndarray]) -> float:
     return worst
 
 
+def probe_model(op_type: str, nodes: int = 1) -> Any:
+    """A chain of ``nodes`` one-node steps on a one-element tensor: what a node costs an engine besides its
+    work."""
+    from onnx import TensorProto, helper
+
+    chain, previous = [], "x"
+    for index in range(nodes):
+        inputs = [previous] + (["shape"] if op_type == "Reshape" else [])
+        chain.append(helper.make_node(op_type, inputs, [f"y{index}"]))
+        previous = f"y{index}"
+    initializers = [helper.make_tensor("shape", TensorProto.INT64, [2], [1, 1])] if op_type == "Reshape" else []
+    graph = helper.make_graph(chain, "probe", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info(previous, TensorProto.FLOAT, None)],
+                              initializers)  # fmt: skip
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+#: layout nodes in the torch probe's longer chain; the per-node cost is the difference to one node over this
+PROBE_NODES = 11
+
+
+def per_node_ms(
+    engine: Callable[..., Any], op_type: str, threads: int, settings: TimingSettings
+) -> tuple[float, float]:
+    """Median ms of one call of a one-node chain of ``op_type``, and what each further node adds (the
+    difference to a chain of :data:`PROBE_NODES`, per node)."""
+    from dlbench.backends.timing import time_repeated
+
+    feeds = {"x": np.ones(1, np.float32)}
+    one, _ = engine(probe_model(op_type), feeds, threads)
+    many, _ = engine(probe_model(op_type, PROBE_NODES), feeds, threads)
+    single = time_repeated(one, settings).stats.median_ms
+    return single, max(time_repeated(many, settings).stats.median_ms - single, 0.0) / (PROBE_NODES - 1)
+
+
+def overhead_probes(engines: list[str], threads: int, settings: TimingSettings) -> dict[str, float]:
+    """What a node costs an engine besides its work, measured apart from the model on one-element chains:
+    ``onnxruntime_run_ms`` (one session run of a one-node model, paid once by every operator benchmark of
+    the onnxruntime backend and once per call by a whole model's session) and ``onnxruntime_node_ms`` (one
+    more node in a session); ``torch_layout_node_ms``, one more layout-only node (a Reshape: a view) run by
+    the torch graph, which the operator benchmarks do not time at all."""
+    probes = {}
+    if "onnxruntime" in engines:
+        probes["onnxruntime_run_ms"], probes["onnxruntime_node_ms"] = per_node_ms(
+            onnxruntime_engine, "Relu", threads, settings
+        )
+    if "torch" in engines:
+        probes["torch_layout_node_ms"] = per_node_ms(torch_engine, "Reshape", threads, settings)[1]
+    return probes
+
+
 def time_interleaved(calls: dict[str, Callable[[], Any]], settings: TimingSettings) -> dict[str, list[float]]:
     """Samples in ms per engine: warm-up, then rounds until every engine has ``min_reps`` samples and
     ``min_time_s`` timed, and its median is known to ``target_rel_ci`` or ``max_time_s`` has passed (at most
@@ -172,6 +223,7 @@ def main(argv: list[str] | None = None) -> int:
         facts["max_relative_difference"] = {f"{other}_vs_{first}": agreement(outputs[first], outputs[other])
                                             for other in rest}  # fmt: skip
     samples = time_interleaved(calls, settings) if calls else {}
+    facts["probes"] = overhead_probes(list(calls), threads, settings)
     with samples_path.open("w", encoding="utf-8") as out:
         out.write("engine,ms\n")
         for engine, values in samples.items():
