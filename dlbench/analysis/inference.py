@@ -24,6 +24,7 @@ def inference_table(
     rows = []
     for op in operations:
         row: dict[str, object] = {"id": op.id, "name": op.name, "op_type": op.op_type, "count": op.count,
+                                  "params": ";".join(f"{k}={v:g}" for k, v in op.params),
                                   "nodes": " ".join(op.nodes)}  # fmt: skip
         for engine in measured:
             m = measured[engine].get(op.id)
