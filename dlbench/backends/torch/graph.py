@@ -2,7 +2,7 @@
 ``torch.inference_mode``: the torch side of an end-to-end inference latency. Weights become tensors once;
 what depends only on weights and on the (fixed) input shapes is computed once when the graph is built, as
 an eager PyTorch model holds its buffers and computes shapes as Python numbers; every other node runs on
-each call."""
+each call, and each activation is released after its last use."""
 
 from __future__ import annotations
 
@@ -89,17 +89,29 @@ class TorchGraph:
                     self.steps.append(step)
         needed = {name for step in self.steps for name in step.inputs} | set(self.outputs)
         self.fixed = {name: values[name] for name in fixed if name in needed}
+        # as an eager forward frees each activation after its last use, so the allocator can reuse it
+        last_use: dict[str, int] = {}
+        for index, step in enumerate(self.steps):
+            for name in step.inputs:
+                if name and name not in self.fixed:
+                    last_use[name] = index
+        self.release: list[tuple[str, ...]] = [() for _ in self.steps]
+        for name, index in last_use.items():
+            if name not in self.outputs:
+                self.release[index] += (name,)
 
     def __call__(self, feeds: Mapping[str, torch.Tensor]) -> list[torch.Tensor]:
         with torch.inference_mode():
             values: dict[str, Any] = {**self.fixed, **feeds}
-            for step in self.steps:
+            for step, release in zip(self.steps, self.release, strict=True):
                 outputs = step.run(*[values[name] if name else None for name in step.inputs])
                 if isinstance(outputs, tuple):
                     for name, out in zip(step.outputs, outputs, strict=False):
                         values[name] = out
                 else:
                     values[step.outputs[0]] = outputs
+                for name in release:
+                    del values[name]
             return [values[name] for name in self.outputs]
 
     def op_types(self) -> dict[str, int]:
