@@ -5,8 +5,9 @@ Every tensor of an elementwise-like operator is described as rank 4, ``N, C, H, 
 lower ranks (:mod:`dlbench.core.shapes`); a second and third tensor take the suffixes ``_b`` and ``_c``, an
 output ``_out``. ``mode`` selects the pass: 0 forward, 1 backward (backward-data for Conv; for the glue
 operators the gradients of every float input, Pow's base only), 2 backward-weights (Conv only) or forward
-inference (BatchNormalization), 3 + i the gradient of input i alone (Mul, Div, Sub, Pow, Where: training
-differentiates only the inputs that need a gradient).
+inference (BatchNormalization: running statistics; MaxPool and AveragePool: no max positions kept for a
+backward pass), 3 + i the gradient of input i alone (Mul, Div, Sub, Pow, Where: training differentiates only
+the inputs that need a gradient).
 """
 
 from __future__ import annotations

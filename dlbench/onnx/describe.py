@@ -90,7 +90,7 @@ def _conv(shapes: Sequence[Shape | None], attrs: Mapping[str, Any], mode: int) -
     return tuple(zip(DESCRIPTORS["Conv"], (int(v) for v in values), strict=True))
 
 
-def _pool(shapes: Sequence[Shape | None], attrs: Mapping[str, Any], op_type: str) -> Params:
+def _pool(shapes: Sequence[Shape | None], attrs: Mapping[str, Any], op_type: str, mode: int = 0) -> Params:
     x = shapes[0]
     if x is None:
         raise CannotDescribe("input shape unknown")
@@ -103,7 +103,7 @@ def _pool(shapes: Sequence[Shape | None], attrs: Mapping[str, Any], op_type: str
     pads, strides, _ = _window(attrs, x[2:], kernel, op_type)
     if rank == 1:
         pads = [0, pads[0], 0, pads[1]]
-    values = [*_spatial(x), *_window_2d(kernel, rank, 1), *pads, *_window_2d(strides, rank, 1), 0]
+    values = [*_spatial(x), *_window_2d(kernel, rank, 1), *pads, *_window_2d(strides, rank, 1), mode]
     return tuple(zip(DESCRIPTORS[op_type], (int(v) for v in values), strict=True))
 
 
@@ -158,7 +158,7 @@ def describe_known(
     if op_type == "Conv":
         return _conv(shapes, attrs, mode=0)
     if op_type in ("MaxPool", "AveragePool"):
-        return _pool(shapes, attrs, op_type)
+        return _pool(shapes, attrs, op_type, mode=0 if training else 2)  # 2: inference, no max positions kept
     if op_type == "Gemm":
         return _gemm(shapes, attrs)
     if op_type == "MatMul":

@@ -25,8 +25,15 @@ RUN_MODULES = {
 }
 
 
+#: ``task=evaluate`` of a model file (``model=X.onnx``, no training benchmark): its inference latency
+INFERENCE_MODULE = "dlbench.tasks.inference"
+
+
 def task_module(cfg: DlbenchConfig) -> str:
-    """The module that runs ``cfg``: by task, and for ``task=run`` by the chosen benchmark's kind."""
+    """The module that runs ``cfg``: by task, for ``task=run`` by the chosen benchmark's kind, and for
+    ``task=evaluate`` of a model file (no benchmark) the inference evaluation."""
+    if cfg.task == "evaluate" and cfg.benchmark is None and cfg.model:
+        return INFERENCE_MODULE
     if cfg.task == "run":
         assert cfg.benchmark is not None  # the config refuses task=run without a benchmark
         return RUN_MODULES[cfg.benchmark.kind]

@@ -231,7 +231,10 @@ def with_evaluation_caches(cfg: DlbenchConfig) -> DlbenchConfig:
 def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     bench = cfg.benchmark
     if bench is None or bench.kind != "training":
-        raise ConfigurationError("task=evaluate needs a training benchmark, e.g. +benchmark=resnet_cifar task=evaluate")
+        raise ConfigurationError(
+            "task=evaluate needs a training benchmark (e.g. +benchmark=resnet_cifar task=evaluate) or, for a served "
+            "model's latency, a model file (task=evaluate model=X.onnx, dispatched to tasks/inference.py)"
+        )
     cfg = with_evaluation_caches(cfg)
     registry = load_registry(ctx.config_dirs)
     entry, arguments = training_entry(cfg, registry)

@@ -45,11 +45,20 @@ def _nchw(p: Mapping[str, Number], suffix: str = "") -> tuple[int, ...]:
     return tuple(integer(p, f"{d}{suffix}", 1, minimum=1) for d in "NCHW")
 
 
+#: op types whose descriptors have an inference forward (mode 2): onnxruntime runs that one as mode 0
+INFERENCE_MODES = frozenset({"BatchNormalization", "MaxPool", "AveragePool"})
+
+
+def forward_mode(op_type: str, mode: int) -> bool:
+    """Whether ``mode`` is a forward pass onnxruntime runs: 0, or 2 (inference) where the op has one."""
+    return mode == 0 or (mode == 2 and op_type in INFERENCE_MODES)
+
+
 def canonical_node(op_type: str, p: Mapping[str, Number]) -> NodeSpec:
     """The forward node of ``op_type`` with canonical parameters ``p``; raises :class:`InvalidParameters` for
     a backward pass or an operator without canonical descriptors (SGD is no ONNX operator)."""
     mode = integer(p, "mode", 0)
-    if mode != 0 and not (op_type == "BatchNormalization" and mode == 2):
+    if not forward_mode(op_type, mode):
         raise InvalidParameters(f"mode={mode}: onnxruntime runs the forward pass (inference) only")
     if op_type in GLUE_OP_TYPES:
         return _glue_node(op_type, p)

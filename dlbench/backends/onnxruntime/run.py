@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from dlbench.backends.onnxruntime.canonical import batchnorm_for_mode, canonical_node
+from dlbench.backends.onnxruntime.canonical import batchnorm_for_mode, canonical_node, forward_mode
 from dlbench.backends.onnxruntime.model import OneNodeModel, UnrunnableNode, build_model, with_float_type
 from dlbench.backends.timing import TimingSettings, time_repeated
 from dlbench.core.glue import InvalidParameters
@@ -54,7 +54,7 @@ def prepared(entry: NodeEntry, dtype: str) -> OneNodeModel:
         raise RowFailed(entry.problem)
     mode = int(entry.param_dict.get("mode", 0))
     if entry.node is not None:
-        if mode != 0 and not (entry.op_type == "BatchNormalization" and mode == 2):
+        if not forward_mode(entry.op_type, mode):
             raise RowFailed(f"mode={mode}: onnxruntime runs the forward pass (inference) only")
         spec = entry.node
         if entry.op_type == "BatchNormalization" and not spec.domain:  # training or inference, as described

@@ -1,4 +1,5 @@
-"""Max, average and global average pooling, forward and backward."""
+"""Max, average and global average pooling: forward (mode 0: what training runs, MaxPool keeping the max
+positions for its backward pass), backward (mode 1), and inference forward (mode 2: no positions kept)."""
 
 from __future__ import annotations
 
@@ -23,6 +24,10 @@ def pool_kernel(kind: str) -> Kernel:
             x, padding = randn((n, c, h, w), device, dtype), [pads[0], pads[1]]
         if x.shape[2] < kernel[0] or x.shape[3] < kernel[1]:
             raise UnsupportedRow(f"kernel {kernel} is larger than the padded input {h}x{w}")
+        if mode not in (0, 1, 2):
+            raise UnsupportedRow(f"mode={mode}: pooling has 0 forward-training, 1 backward, 2 inference")
+        if kind == "max" and mode == 2:  # what an eval-mode network runs: F.max_pool2d without indices
+            return lambda: F.max_pool2d(x, kernel, strides, padding)
         if kind == "max":
             out, indices = aten.max_pool2d_with_indices(x, kernel, strides, padding)
             if mode == 0:
@@ -31,7 +36,7 @@ def pool_kernel(kind: str) -> Kernel:
             return lambda: aten.max_pool2d_with_indices_backward(
                 grad, x, kernel, strides, padding, [1, 1], False, indices
             )
-        if mode == 0:
+        if mode in (0, 2):  # the same kernel in training and inference: nothing is kept for the backward
             # ONNX's AveragePool (count_include_pad=0 by default) and oneDNN exclude the padding
             return lambda: F.avg_pool2d(x, kernel, strides, padding, count_include_pad=False)
         grad = torch.randn_like(F.avg_pool2d(x, kernel, strides, padding, count_include_pad=False))

@@ -1,0 +1,151 @@
+"""How well operator benchmarks predict a served model's latency: `task=evaluate model=X.onnx` for the nine
+model-zoo CNNs the onnx package ships and the five tiny Hugging Face transformers of bench/zoo_coverage.py
+(dims.seq=128), at batch 1 and 8; prints per engine (onnxruntime session, PyTorch eval forward) the
+predicted and measured latency and the error, the mean and largest |error| per engine, and the load average.
+
+    python bench/inference_prediction.py                           # everything, threads=1
+    python bench/inference_prediction.py --models squeezenet --batch-sizes 1 --threads 0
+    python bench/inference_prediction.py --models bert vit --seq 64 measure.min_time_s=0.5
+
+Target (issue 29): mean |error| <= 10% and max <= 20% per engine. Each evaluation is one MLflow run in a
+store of its own (default .dlbench/bench/inference_prediction.db); `mlflow ui --backend-store-uri
+sqlite:///...` shows the per-operation tables (inference_operations.csv) and the terms. Measure on a quiet
+machine: the load average before and after each evaluation is printed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import onnx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "tests" / "onnx"))
+
+ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+ZOO_MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
+              "squeezenet", "vgg19", "zfnet512")  # fmt: skip
+HF_MODELS = ("bert", "gpt2", "t5_encoder", "distilbert", "vit")
+ENGINES = ("onnxruntime", "torch")
+TARGET_MEAN_PCT, TARGET_MAX_PCT = 10.0, 20.0
+
+
+def load_average() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"{one:.2f} {five:.2f} {fifteen:.2f} (1, 5, 15 min; {os.cpu_count()} logical cores)"
+
+
+def model_files(names: list[str], folder: Path) -> list[tuple[str, Path, bool]]:
+    """(name, ONNX file, has a sequence dimension) for each name: zoo models as shipped, transformers
+    exported here (random weights, nothing downloaded)."""
+    found = []
+    for name in names:
+        if name in ZOO_MODELS:
+            found.append((name, ZOO / f"light_{name}.onnx", False))
+            continue
+        from hf_models import export_transformer
+
+        found.append((name, export_transformer(name, folder / f"{name}.onnx"), name != "vit"))
+    return found
+
+
+def evaluate(name: str, path: Path, seq: bool, batch_size: int, args: argparse.Namespace, uri: str) -> str:
+    run_name = f"bench-{name}-bs{batch_size}-{int(time.time())}"
+    command = [
+        sys.executable, "-m", "dlbench", "task=evaluate", f"model={path}", f"batch_size={batch_size}",
+        f"threads={args.threads}", f"mlflow.tracking_uri={uri}", f"mlflow.experiment={args.experiment}",
+        f"mlflow.run_name={run_name}", "quiet=true", *([f"dims.seq={args.seq}"] if seq else []), *args.overrides,
+    ]  # fmt: skip
+    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, timeout=args.timeout)  # noqa: S603
+    if result.returncode != 0:
+        print(f"{name} bs{batch_size}: FAILED (exit {result.returncode})\n{result.stderr[-2000:]}", file=sys.stderr)
+    return run_name
+
+
+def summarise(table) -> bool:
+    """Mean and largest |error| per engine against the target; True when every engine meets it."""
+    met = True
+    for engine in ENGINES:
+        errors = table[f"{engine}_error_pct"].dropna().abs() if f"{engine}_error_pct" in table else []
+        if len(errors) == 0:
+            print(f"{engine}: no error computed")
+            met = False
+            continue
+        mean, worst = float(errors.mean()), float(errors.max())
+        ok = mean <= TARGET_MEAN_PCT and worst <= TARGET_MAX_PCT and len(errors) == len(table)
+        met &= ok
+        verdict = "met" if ok else "NOT met"
+        print(f"{engine}: mean |error| {mean:.1f}%, max {worst:.1f}% over {len(errors)} of {len(table)} evaluations "
+              f"(target mean <= {TARGET_MEAN_PCT:g}%, max <= {TARGET_MAX_PCT:g}%: {verdict})")  # fmt: skip
+    return met
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", nargs="+", default=[*ZOO_MODELS, *HF_MODELS], choices=[*ZOO_MODELS, *HF_MODELS])
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8])
+    parser.add_argument("--seq", type=int, default=128, help="dims.seq of the text transformers")
+    parser.add_argument("--threads", type=int, default=1, help="threads of both engines and the benchmarks (0: all)")
+    parser.add_argument("--store", default=str(ROOT / ".dlbench" / "bench" / "inference_prediction.db"))
+    parser.add_argument("--experiment", default="inference_prediction")
+    parser.add_argument("--timeout", type=float, default=3600)
+    parser.add_argument("--out", help="also write the table as CSV here")
+    parser.add_argument("overrides", nargs="*", help="extra dlbench overrides, e.g. measure.min_time_s=0.5")
+    args = parser.parse_args()
+
+    import pandas as pd
+
+    from dlbench.tracking.store import resolve_tracking, search_runs
+
+    Path(args.store).parent.mkdir(parents=True, exist_ok=True)
+    uri = f"sqlite:///{Path(args.store).resolve()}"
+    print(f"load average before: {load_average()}")
+    names = []
+    with tempfile.TemporaryDirectory(prefix="dlbench_hf_") as folder:
+        for name, path, seq in model_files(args.models, Path(folder)):
+            for batch_size in args.batch_sizes:
+                start = time.perf_counter()
+                run_name = evaluate(name, path, seq, batch_size, args, uri)
+                names.append((name, batch_size, run_name))
+                print(
+                    f"  {name} bs{batch_size}: {time.perf_counter() - start:.0f} s, load {load_average()}", flush=True
+                )
+    print(f"load average after: {load_average()}")
+
+    runs = search_runs(resolve_tracking(uri, args.experiment), "", [args.experiment])
+    rows = []
+    for name, batch_size, run_name in names:
+        match = runs[runs["tags.mlflow.runName"] == run_name] if len(runs) else runs
+        row: dict[str, object] = {"model": name, "batch_size": batch_size}
+        if not len(match):
+            row["status"] = "missing"
+            rows.append(row)
+            continue
+        record = match.iloc[0]
+        row["status"] = record["status"]
+        for engine in ENGINES:
+            for key in ("predicted_ms", "measured_ms", "error_pct", "operations_missing"):
+                row[f"{engine}_{key}"] = record.get(f"metrics.engine/{engine}/{key}")
+        row["load_start"], row["load_end"] = (
+            record.get("metrics.load_average_start"),
+            record.get("metrics.load_average_end"),
+        )
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    with pd.option_context("display.width", 250, "display.max_columns", 30):
+        print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    met = summarise(table)
+    if args.out:
+        table.to_csv(args.out, index=False)
+    return 0 if met else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,152 @@
+"""A served model's forward latency predicted per engine from that engine's operator benchmarks (the sum of
+median x count over the model's operations, eval-mode kernels) and set against the engine's end-to-end
+measurement: the per-operation table, the terms by op type, the metrics and the printed summary."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import pandas as pd
+
+from dlbench.core.values import Measurement, Operation, TimeStats
+
+#: engine -> the backend whose operator benchmarks predict it
+ENGINE_BACKENDS = {"onnxruntime": "onnxruntime", "torch": "torch"}
+
+
+def inference_table(
+    operations: Sequence[Operation],
+    measured: Mapping[str, Mapping[int, Measurement]],
+    implementations: Mapping[str, Mapping[int, str]],
+) -> pd.DataFrame:
+    """One row per operation: its identity, and per engine the benchmark that measured it, its status,
+    median and term (median x count; NA when the operation has no time there)."""
+    rows = []
+    for op in operations:
+        row: dict[str, object] = {"id": op.id, "name": op.name, "op_type": op.op_type, "count": op.count,
+                                  "params": ";".join(f"{k}={v:g}" for k, v in op.params),
+                                  "nodes": " ".join(op.nodes)}  # fmt: skip
+        for engine in measured:
+            m = measured[engine].get(op.id)
+            ok = m is not None and m.ok and m.stats is not None
+            row[f"{engine}_benchmark"] = implementations[engine].get(op.id, "")
+            row[f"{engine}_status"] = m.status if m is not None else "unserved"
+            row[f"{engine}_median_ms"] = m.stats.median_ms if ok else float("nan")  # type: ignore[union-attr]
+            row[f"{engine}_term_ms"] = m.stats.median_ms * op.count if ok else float("nan")  # type: ignore[union-attr]
+            row[f"{engine}_note"] = (m.error if m is not None else "no benchmark of this engine serves it")[:200]
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def overhead_terms(table: pd.DataFrame, facts: Mapping[str, object]) -> dict[str, dict[str, float]]:
+    """Per engine, what a whole model's call costs besides its operators' benchmarks, from the end-to-end
+    executable's probes (measured apart from the model): each onnxruntime benchmark timed one session run
+    around its node, the model's session runs once (``session_runs``: one run less per benchmarked node); the
+    torch graph runs layout-only nodes (views) the benchmarks leave out (``layout_nodes``)."""
+    probes = facts.get("probes", {})
+    engines = facts.get("engines", {})
+    assert isinstance(probes, dict) and isinstance(engines, dict)
+    terms: dict[str, dict[str, float]] = {}
+    if "onnxruntime_run_ms" in probes and "onnxruntime_term_ms" in table:
+        runs = float(table.loc[table["onnxruntime_term_ms"].notna(), "count"].sum())
+        # a benchmark's time is its run's fixed cost, the node's own dispatch and its work; a session pays
+        # the fixed cost once, the dispatch per node
+        fixed = float(probes["onnxruntime_run_ms"]) - float(probes.get("onnxruntime_node_ms", 0.0))
+        terms["onnxruntime"] = {"session_runs": fixed * (1.0 - runs)}
+    torch_nodes = engines.get("torch", {}).get("torch_nodes_per_call")
+    if "torch_layout_node_ms" in probes and isinstance(torch_nodes, dict) and "torch_term_ms" in table:
+        layout = max(sum(torch_nodes.values()) - float(table["count"].sum()), 0.0)
+        terms["torch"] = {"layout_nodes": float(probes["torch_layout_node_ms"]) * layout}
+    return terms
+
+
+def engine_summary(
+    table: pd.DataFrame, engine: str, measured: TimeStats | None, overheads: Mapping[str, float] | None = None
+) -> dict[str, float]:
+    """Predicted (the sum of the terms and ``overheads``; ``partial_predicted_ms`` when an operation has no
+    time), measured (the end-to-end median) and the error of the prediction in percent of the measured
+    latency."""
+    terms = table[f"{engine}_term_ms"] if not table.empty else pd.Series(dtype=float)
+    missing = int(terms.isna().sum())
+    total = float(terms.sum(skipna=True)) + sum((overheads or {}).values())
+    summary = {"partial_predicted_ms" if missing else "predicted_ms": total, "operations_missing": float(missing)}
+    if measured is not None:
+        summary["measured_ms"] = measured.median_ms
+        if measured.rel_ci is not None:
+            summary["measured_rel_ci"] = measured.rel_ci
+        if not missing and measured.median_ms > 0:
+            summary["error_pct"] = 100.0 * (total - measured.median_ms) / measured.median_ms
+    return summary
+
+
+def terms_by_op_type(table: pd.DataFrame, engine: str) -> dict[str, float]:
+    """The prediction's terms summed per op type (ms), largest first."""
+    if table.empty:
+        return {}
+    sums = table.groupby("op_type")[f"{engine}_term_ms"].sum(min_count=1).dropna()
+    return {str(k): float(v) for k, v in sums.sort_values(ascending=False).items()}
+
+
+def inference_metrics(
+    table: pd.DataFrame, end_to_end: Mapping[str, TimeStats], overheads: Mapping[str, Mapping[str, float]]
+) -> dict[str, float]:
+    """``engine/<engine>/<key>`` for the summary, ``engine/<engine>/term/<op_type>_ms`` for the operators'
+    terms and ``engine/<engine>/overhead/<name>_ms`` for the others."""
+    metrics: dict[str, float] = {}
+    for engine in ENGINE_BACKENDS:
+        if f"{engine}_term_ms" not in table:
+            continue
+        extra = overheads.get(engine, {})
+        for key, value in engine_summary(table, engine, end_to_end.get(engine), extra).items():
+            metrics[f"engine/{engine}/{key}"] = value
+        for op_type, value in terms_by_op_type(table, engine).items():
+            metrics[f"engine/{engine}/term/{op_type}_ms"] = value
+        for name, value in extra.items():
+            metrics[f"engine/{engine}/overhead/{name}_ms"] = value
+    return metrics
+
+
+def summary_frame(
+    table: pd.DataFrame,
+    end_to_end: Mapping[str, TimeStats],
+    errors: Mapping[str, str],
+    overheads: Mapping[str, Mapping[str, float]],
+) -> pd.DataFrame:
+    """One row per engine: predicted, measured, error, operations without a time, the largest terms, the
+    overhead terms, and why an engine was not measured end to end."""
+    rows = []
+    for engine in ENGINE_BACKENDS:
+        if f"{engine}_term_ms" not in table:
+            continue
+        extra = overheads.get(engine, {})
+        s = engine_summary(table, engine, end_to_end.get(engine), extra)
+        top = list(terms_by_op_type(table, engine).items())[:3]
+        rows.append({
+            "engine": engine,
+            "predicted_ms": s.get("predicted_ms", s.get("partial_predicted_ms")),
+            "complete": "partial_predicted_ms" not in s,
+            "measured_ms": s.get("measured_ms"),
+            "error_pct": s.get("error_pct"),
+            "operations_missing": int(s["operations_missing"]),
+            "largest_terms": ", ".join(f"{t} {v:.3g}" for t, v in top),
+            "overheads": ", ".join(f"{t} {v:+.3g}" for t, v in extra.items()),
+            "not_measured": errors.get(engine, ""),
+        })  # fmt: skip
+    return pd.DataFrame(rows)
+
+
+def print_inference(model: str, batch_size: int, threads: int, summary: pd.DataFrame) -> None:
+    print(f"\ninference latency of {model} at batch {batch_size}, {threads} threads (prediction: operator "
+          "benchmarks' median x count, eval-mode kernels; measured: end-to-end median)")  # fmt: skip
+    header = f"{'engine':12s} {'predicted_ms':>13s} {'measured_ms':>12s} {'error':>8s} {'missing':>8s}"
+    print(f"{header}  largest terms (ms)")
+    for row in summary.itertuples():
+        predicted = f"{row.predicted_ms:.4g}" + ("" if row.complete else "*")
+        measured = "NA" if pd.isna(row.measured_ms) else f"{row.measured_ms:.4g}"
+        error = "NA" if pd.isna(row.error_pct) else f"{row.error_pct:+.1f}%"
+        print(f"{row.engine:12s} {predicted:>13s} {measured:>12s} {error:>8s} {row.operations_missing:8d}  "
+              f"{row.largest_terms}{'; ' if row.overheads else ''}{row.overheads}")  # fmt: skip
+        if row.not_measured:
+            print(f"  {row.engine} not measured end to end: {row.not_measured}")
+    if not summary["complete"].all():
+        print("* partial: some operations have no time with that engine (see inference_operations.csv); no error")

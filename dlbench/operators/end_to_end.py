@@ -1,0 +1,49 @@
+"""A whole model's forward latency per engine: run :mod:`dlbench.backends.whole_model` with the operator
+benchmarks' settings (threads, repetitions, the allocator) and read its samples into statistics."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dlbench.core.errors import TaskFailed
+from dlbench.core.process import meaningful_tail, run_command
+from dlbench.core.values import TimeStats
+from dlbench.operators.runner import RunSettings
+
+
+@dataclass(frozen=True)
+class EndToEnd:
+    """Statistics per engine that ran, the reason per engine that did not, what the executable reports
+    (versions, the torch nodes run per call, how far the engines' outputs differ), and its files."""
+
+    stats: dict[str, TimeStats]
+    errors: dict[str, str] = field(default_factory=dict)
+    facts: dict[str, Any] = field(default_factory=dict)
+    files: tuple[Path, ...] = ()
+
+
+def measure_end_to_end(model: Path, engines: list[str], settings: RunSettings, workdir: Path) -> EndToEnd:
+    """``model`` (every dimension fixed) timed end to end on ``engines``, interleaved."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    samples_path = workdir / f"{model.stem}_end_to_end.csv"
+    facts_path, stderr_path = samples_path.with_suffix(".json"), workdir / f"{model.stem}_end_to_end_stderr.txt"
+    samples_path.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "dlbench.backends.whole_model", str(model), str(samples_path), *engines]
+    result = run_command(command, timeout=settings.timeout_s, env=settings.environment(), stderr_path=stderr_path)
+    if result.timed_out or not samples_path.exists():
+        failure = result.describe_failure() or "wrote no samples"
+        raise TaskFailed(f"the end-to-end measurement of {model.name} {failure}: {meaningful_tail(result.stderr)}")
+    samples: dict[str, list[float]] = {}
+    with samples_path.open(encoding="utf-8") as handle:
+        for row in csv.DictReader(handle):
+            samples.setdefault(row["engine"], []).append(float(row["ms"]))
+    facts = json.loads(facts_path.read_text(encoding="utf-8")) if facts_path.exists() else {}
+    stats = {e: TimeStats.from_samples(v, settings.target_rel_ci) for e, v in samples.items() if v}
+    errors = {e: str(facts.get("engines", {}).get(e, {}).get("error", "no samples")) for e in engines if e not in stats}
+    files = tuple(p for p in (samples_path, facts_path, stderr_path) if p.exists())
+    return EndToEnd(stats, errors, facts, files)

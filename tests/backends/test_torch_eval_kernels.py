@@ -1,0 +1,135 @@
+"""The eval-mode kernels an inference prediction times, and the torch graph that runs a whole model in eval
+mode, checked numerically against PyTorch's own eval modules; training sweeps keep their kernels."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import onnx
+import pytest
+import torch
+from torch import nn
+
+from dlbench.backends.onnxruntime.canonical import canonical_node
+from dlbench.backends.torch import kernels as tk
+from dlbench.backends.torch.graph import TorchGraph
+from dlbench.backends.whole_model.run import agreement, model_feeds, onnxruntime_engine, torch_engine
+from dlbench.core.glue import InvalidParameters
+from dlbench.onnx.extract import extract_operations
+from dlbench.onnx.rebatch import rebatched_model
+
+CPU, F64 = torch.device("cpu"), torch.float64
+ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+POOL = dict(N=2, C=3, H=9, W=8, kernel_shape_0=3, kernel_shape_1=2, pads_0=1, pads_1=1, pads_2=1, pads_3=1,
+            strides_0=2, strides_1=2)  # fmt: skip
+
+
+def captured(fn) -> dict[str, object]:
+    return dict(zip(fn.__code__.co_freevars, (cell.cell_contents for cell in fn.__closure__ or ()), strict=True))
+
+
+def test_inference_maxpool_returns_no_indices_and_matches_the_eval_module() -> None:
+    torch.manual_seed(0)
+    fn = tk.KERNELS["MaxPool"]({**POOL, "mode": 2}, CPU, F64)
+    x = captured(fn)["x"]
+    result = fn()
+    assert isinstance(result, torch.Tensor)  # no max positions kept for a backward pass
+    module = nn.MaxPool2d((3, 2), stride=2, padding=1).eval()
+    torch.testing.assert_close(result, module(x), rtol=0, atol=0)
+
+
+def test_training_maxpool_keeps_its_indices() -> None:
+    result = tk.KERNELS["MaxPool"]({**POOL, "mode": 0}, CPU, F64)()
+    assert isinstance(result, tuple) and result[1].dtype == torch.int64
+
+
+def test_inference_average_pool_matches_the_eval_module() -> None:
+    fn = tk.KERNELS["AveragePool"]({**POOL, "mode": 2}, CPU, F64)
+    module = nn.AvgPool2d((3, 2), stride=2, padding=1, count_include_pad=False).eval()
+    torch.testing.assert_close(fn(), module(captured(fn)["x"]), rtol=1e-12, atol=1e-12)
+
+
+def test_inference_batchnorm_uses_the_running_statistics_of_the_eval_module() -> None:
+    fn = tk.KERNELS["BatchNormalization"](dict(N=2, C=3, H=4, W=5, epsilon=1e-3, momentum=0.9, mode=2), CPU, F64)
+    names = captured(fn)
+    module = nn.BatchNorm2d(3, eps=1e-3).double().eval()
+    module.running_mean.copy_(names["mean"])
+    module.running_var.copy_(names["var"])
+    before = names["mean"].clone()
+    torch.testing.assert_close(fn(), module(names["x"]), rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(names["mean"], before)  # eval: the running statistics are not updated
+
+
+def test_onnxruntime_serves_the_inference_pooling_but_no_backward() -> None:
+    assert canonical_node("MaxPool", {**POOL, "mode": 2}).op_type == "MaxPool"
+    with pytest.raises(InvalidParameters, match="forward pass"):
+        canonical_node("MaxPool", {**POOL, "mode": 1})
+
+
+def test_inference_extraction_asks_for_the_eval_kernels_and_training_for_todays() -> None:
+    path = ZOO / "light_resnet50.onnx"
+
+    def modes(training: bool) -> dict[str, set[int]]:
+        found: dict[str, set[int]] = {}
+        for op in extract_operations(path, 1, training=training).operations():
+            if op.op_type in ("BatchNormalization", "MaxPool", "AveragePool"):
+                found.setdefault(op.op_type, set()).add(int(dict(op.params)["mode"]))
+        return found
+
+    assert modes(False) == {"BatchNormalization": {2}, "MaxPool": {2}, "AveragePool": {2}}
+    assert modes(True) == {"BatchNormalization": {0}, "MaxPool": {0}, "AveragePool": {0}}
+
+
+class SmallCnn(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.features = nn.Sequential(
+            nn.Conv2d(3, 8, 3, padding=1), nn.BatchNorm2d(8), nn.ReLU(), nn.MaxPool2d(3, 2, ceil_mode=True),
+            nn.Dropout(0.5), nn.Conv2d(8, 8, 3, stride=2, groups=2), nn.BatchNorm2d(8), nn.ReLU(),
+            nn.AvgPool2d(2), nn.Flatten(), nn.Linear(8 * 2 * 2, 5), nn.Softmax(-1),
+        )  # fmt: skip
+        for module in self.features:
+            if isinstance(module, nn.BatchNorm2d):  # running statistics other than the initial 0 and 1
+                module.running_mean.uniform_(-1, 1)
+                module.running_var.uniform_(0.5, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.features(x)
+
+
+def test_the_torch_graph_of_an_exported_eval_module_computes_what_the_module_does(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    module = SmallCnn().eval()
+    x = torch.randn(2, 3, 21, 21)
+    path = tmp_path / "cnn.onnx"
+    torch.onnx.export(module, (x,), str(path), input_names=["x"], dynamo=False, opset_version=17,
+                      do_constant_folding=False)  # fmt: skip
+    model = onnx.load(str(path))
+    graph = TorchGraph(model, {"x": x.numpy()})
+    (out,) = graph({"x": x})
+    with torch.no_grad():
+        expected = module(x)
+    torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
+    ran = graph.op_types()
+    assert ran["BatchNormalization"] == 2 and ran["MaxPool"] == 1  # the eval kernels ran, not folded away
+
+
+@pytest.mark.parametrize("name", ["squeezenet", "inception_v2"])
+def test_the_torch_graph_and_an_onnxruntime_session_agree_on_zoo_models(name: str) -> None:
+    model = rebatched_model(ZOO / f"light_{name}.onnx", 2)
+    feeds = model_feeds(model)
+    _, ort_facts = onnxruntime_engine(model, feeds, 1)
+    _, torch_facts = torch_engine(model, feeds, 1)
+    shapes = [o.shape for o in ort_facts["outputs"]]
+    assert [o.shape for o in torch_facts["outputs"]] == shapes and shapes[0][:2] == (2, 1000)
+    assert agreement(ort_facts["outputs"], torch_facts["outputs"]) < 1e-4
+
+
+def test_feeds_refuse_an_open_dimension() -> None:
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])  # fmt: skip
+    with pytest.raises(ValueError, match="open dimension"):
+        model_feeds(helper.make_model(graph))

@@ -1,0 +1,83 @@
+"""task=evaluate model=X.onnx as users run it: a served model's latency predicted per engine from its
+operator benchmarks and measured end to end, tracked in a real SQLite MLflow store."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import onnx
+import pytest
+from helpers import FAST, Store, artifact_text, mlflow_runs, run_dlbench
+from onnx import TensorProto, helper
+
+ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+ENGINES = ("onnxruntime", "torch")
+
+
+def open_sequence_model(path: Path) -> Path:
+    """A model with a symbolic ``seq`` dimension besides the batch."""
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "seq", 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", "seq", 4])])  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (("model=nowhere/model.onnx",), "nowhere/model.onnx: no such ONNX file"),
+        ((f"model=[{ZOO / 'light_squeezenet.onnx'},{ZOO / 'light_resnet50.onnx'}]",), "one model at a time"),
+        ((f"model={ZOO / 'light_squeezenet.onnx'}", "measure.caches=cold"), "measure.caches=hot"),
+    ],
+)
+def test_a_configuration_mistake_exits_2_with_a_short_message(
+    tmp_path: Path, store: Store, overrides: tuple[str, ...], message: str
+) -> None:
+    result = run_dlbench("task=evaluate", *overrides, cwd=tmp_path, store=store)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert message in result.stderr + result.stdout
+    assert "Traceback" not in result.stderr
+
+
+def test_an_open_symbolic_dimension_exits_2_naming_the_setting(tmp_path: Path, store: Store) -> None:
+    model = open_sequence_model(tmp_path / "seq.onnx")
+    result = run_dlbench("task=evaluate", f"model={model}", cwd=tmp_path, store=store)
+    assert result.returncode == 2, result.stdout + result.stderr
+    assert "dims.seq" in result.stderr + result.stdout and "Traceback" not in result.stderr
+
+
+@pytest.mark.slow
+def test_a_zoo_model_is_predicted_and_measured_per_engine(tmp_path: Path, store: Store) -> None:
+    model = ZOO / "light_squeezenet.onnx"
+    result = run_dlbench("task=evaluate", f"model={model}", "batch_size=1", "threads=1", *FAST,
+                         cwd=tmp_path, store=store)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = mlflow_runs(store)
+    assert run.info.status == "FINISHED" and run.data.tags["dlbench.kind"] == "inference"
+    metrics, params = run.data.metrics, run.data.params
+    assert params["training"] == "False" and params["batch_size"] == "1" and params["threads"] == "1"
+    table = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "inference_operations.csv"))))
+    assert len(table) == int(params["operations"])
+    for engine in ENGINES:
+        prefix = f"engine/{engine}/"
+        assert metrics[prefix + "operations_missing"] == 0
+        terms = sum(float(row[f"{engine}_term_ms"]) for row in table)
+        overheads = sum(v for k, v in metrics.items() if k.startswith(prefix + "overhead/"))
+        # the prediction is the operators' terms plus the overheads measured apart, nothing fitted
+        assert metrics[prefix + "predicted_ms"] == pytest.approx(terms + overheads, rel=1e-3)
+        assert metrics[prefix + "measured_ms"] > 0
+        expected = (
+            100 * (metrics[prefix + "predicted_ms"] - metrics[prefix + "measured_ms"]) / metrics[prefix + "measured_ms"]
+        )
+        assert metrics[prefix + "error_pct"] == pytest.approx(expected, rel=1e-2, abs=1e-2)
+        assert f"{engine} " in result.stdout and "%" in result.stdout
+    pools = [row for row in table if row["op_type"] == "MaxPool"]
+    assert pools and all(row["torch_benchmark"] == "torch_maxpool" for row in pools)
+    assert all(row["params"].endswith("mode=2") for row in pools)  # inference pooling: no max positions kept
+    facts = json.loads(artifact_text(store, run.info.run_id, "end_to_end/light_squeezenet_b1_end_to_end.json"))
+    assert facts["threads"] == 1 and facts["engines"]["torch"]["torch_threads"] == 1
+    assert facts["max_relative_difference"]["torch_vs_onnxruntime"] < 1e-4
