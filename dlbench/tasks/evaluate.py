@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from dlbench.analysis import match
-from dlbench.analysis.data_parallel import predict_data_parallel
+from dlbench.analysis.data_parallel import measured_scaling_metrics, predict_data_parallel
 from dlbench.analysis.evaluation import Evaluation, log_evaluation, print_evaluation
 from dlbench.analysis.match import match_profile, profile_per_step
 from dlbench.analysis.predict import (
@@ -304,12 +304,15 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, layout, framework_ms))
         ran_with = effective_params(trained.facts)
         data_parallel: dict[str, float] = {}
+        data_parallel_notes: list[str] = []
         if "bucket_cap_mb" in ran_with:  # a DistributedDataParallel script: its gradient all-reduce too
             world_size = int(ran_with.get("world_size", cfg.world_size))
-            terms, data_parallel = predict_data_parallel(
+            terms, data_parallel, data_parallel_notes = predict_data_parallel(
                 registry, device, run_settings(cfg, device), ctx.output_dir / "protocol", cfg.quiet, run,
-                ran_with, world_size, frame, terms,
+                ran_with, world_size, frame, terms, cfg.evaluate.communication_overlap, DTYPE_BYTES.get(cfg.dtype, 4),
             )  # fmt: skip
+            if cfg.evaluate.single_process and world_size > 1:
+                data_parallel.update(single_process_scaling(cfg, registry, workdir / "single", measured_ms))
         coverage = model_coverage(extraction, plan.served_types)
         timeline = None
         if device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
@@ -328,6 +331,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         metrics.update(bracket)
         metrics.update(interference_record(machine.reports)[0])
         notes = list(step.notes) + [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
+        notes += data_parallel_notes
         drift_note = drift.note()
         if drift_note:
             notes.append(drift_note)
@@ -342,6 +346,18 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             run.log_artifact(workdir / "stderr.txt")
         print_evaluation(run.run_name, run.run_id, evaluation)
     return 0
+
+
+def single_process_scaling(
+    cfg: DlbenchConfig, registry: Registry, workdir, data_parallel_ms: float
+) -> dict[str, float]:
+    """The data-parallel script trained again as one process (same batch, unprofiled steps' median): the measured
+    single-process step and scaling efficiency."""
+    log.info("training %s as one process (evaluate.single_process)", cfg.benchmark.training)  # type: ignore[union-attr]
+    entry, arguments = training_entry(replace(cfg, world_size=1), registry)
+    single = run_training(cfg, entry, arguments, workdir)
+    single_ms, _, _ = measured_step_ms(pd.read_csv(single.profile_dir / BATCHES_FILE), cfg.profile.warmup)
+    return measured_scaling_metrics(single_ms, data_parallel_ms)
 
 
 def traced_lanes(profile_dir) -> dict[str, float]:
