@@ -44,6 +44,7 @@ COLUMNS = (
     "allreduce_total_ms",
     "allreduce_exposed_ms",
     "allreduce_hidden_by_backward",
+    "allreduce_exposed_if_hidden_ms",
     "scaling_efficiency_predicted",
     "step_time_single_process_measured_ms",
     "scaling_efficiency_measured",

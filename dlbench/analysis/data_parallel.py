@@ -91,6 +91,8 @@ class Overlap:
     communication_ms: float
     exposed_ms: float
     hidden: bool = True
+    #: what would be exposed if the all-reduce could hide (the other model, for comparison)
+    exposed_if_hidden_ms: float = 0.0
 
 
 def overlap_with_backward(
@@ -112,8 +114,8 @@ def overlap_with_backward(
                      "end_ms": free_at})  # fmt: skip
     schedule = pd.DataFrame(rows, columns=["bucket", "bytes", "ready_ms", "start_ms", "allreduce_ms", "end_ms"])
     communication = float(sum(bucket_ms))
-    exposed = max(free_at - backward_ms, 0.0) if hidden else communication
-    return Overlap(schedule, communication, exposed, hidden)
+    outlasting = max(free_at - backward_ms, 0.0)
+    return Overlap(schedule, communication, outlasting if hidden else communication, hidden, outlasting)
 
 
 def usable_cores() -> int:
@@ -207,6 +209,7 @@ def data_parallel_metrics(single_step_ms: float, step: DataParallelStep, world_s
         "allreduce_exposed_ms": overlap.exposed_ms,
         "allreduce_buckets": float(len(overlap.schedule)),
         "allreduce_hidden_by_backward": float(overlap.hidden),
+        "allreduce_exposed_if_hidden_ms": overlap.exposed_if_hidden_ms,
         "scaling_efficiency_predicted": single_step_ms / predicted if predicted > 0 else math.nan,
     }
 

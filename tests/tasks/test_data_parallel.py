@@ -96,6 +96,7 @@ def test_an_all_reduce_that_cannot_hide_is_exposed_in_full() -> None:
 
     shared = overlap_with_backward(10.0, [100, 100], [2.0, 2.0], hidden=False)
     assert shared.exposed_ms == shared.communication_ms == 4.0
+    assert shared.exposed_if_hidden_ms == pytest.approx(2.0)  # the other model, for comparison
     assert list(shared.schedule["start_ms"]) == [5.0, 10.0]  # the schedule is still when each could start
 
 
