@@ -55,6 +55,20 @@ def launch_ranks(world_size: int) -> int:
     return subprocess.call([*command, str(Path(__file__).resolve()), *sys.argv[1:]])
 
 
+def bucket_limits_mb(ddp: object) -> tuple[float, float]:
+    """DDP's bucket limit and its first bucket's, in MiB: the first is 1 MiB only when bucket_cap_mb was left to
+    its default (an explicit bucket_cap_mb closes the first bucket at the cap too)."""
+    import torch.distributed as dist
+
+    cap = int(ddp.bucket_bytes_cap)  # type: ignore[attr-defined]
+    config = getattr(ddp, "_bucket_config", None)
+    if config is not None:
+        first = int(config.first_bucket_bytes_cap)
+    else:  # torch releases without the bucket config object
+        first = dist._DEFAULT_FIRST_BUCKET_BYTES if getattr(ddp, "bucket_bytes_cap_default", False) else cap
+    return cap / 2**20, first / 2**20
+
+
 def prepare_rank_environment(rank: int) -> None:
     """Before dlbench's instrumentation reads its settings: rank r > 0 profiles into its own folder and
     publishes nothing."""
@@ -89,7 +103,9 @@ def main() -> None:
     parser.add_argument("--hidden", type=int, default=2048, help="units per hidden layer")
     parser.add_argument("--layers", type=int, default=3, help="hidden layers")
     parser.add_argument("--world-size", type=int, default=1, help="ranks (torchrun --nproc-per-node)")
-    parser.add_argument("--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size in MiB")
+    parser.add_argument(
+        "--bucket-cap-mb", type=float, default=25.0, help="DDP's gradient bucket size in MiB; 0: DDP's default"
+    )
     args = parser.parse_args()
     if args.threads == 0:  # torch's default would give every rank all cores: share them
         args.threads = max(1, (os.cpu_count() or 1) // max(local_world, 1))
@@ -100,9 +116,10 @@ def main() -> None:
     dist.init_process_group("nccl" if device.type == "cuda" else "gloo")
     args.world_size = world
     model = make_mlp(28 * 28, args.hidden, args.layers, 10).to(device).to(getattr(torch, args.dtype))
-    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb)
-    # reported with the arguments: dlbench's prediction cuts these into DDP's buckets
+    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_cap_mb or None)
+    # reported with the arguments: dlbench's prediction cuts these into DDP's buckets with DDP's limits
     args.parameter_bytes = ",".join(str(p.numel() * p.element_size()) for p in model.parameters())
+    args.bucket_cap_mb, args.first_bucket_cap_mb = bucket_limits_mb(ddp)
     data = synthetic_digits(args.data_batches, args.batch_size, device, args.seed + rank)  # each rank its shard
     train(ddp, data, F.cross_entropy, args, f"mlp_ddp rank {rank}", network=model)
     dist.barrier()  # every rank's profile is written before rank 0's run ends

@@ -1,68 +1,122 @@
 """How well operator and collective benchmarks predict a data-parallel training step: `task=evaluate` of the
-DistributedDataParallel MLP (+benchmark=mlp_ddp) at world_size 2 and two batch sizes per rank; prints the
-predicted step (single-process prediction + exposed all-reduce), the measured step, the error, the
-all-reduce in all and exposed, and the predicted scaling efficiency.
+DistributedDataParallel MLP (+benchmark=mlp_ddp) at world_size 2 and two batch sizes per rank; prints per
+evaluation the predicted step (single-process prediction + DDP's gradient copies + exposed all-reduce), the
+measured step and the error, every term of the prediction, the all-reduce in all and exposed (predicted, and
+as rank 0's profile shows it), and the scaling efficiency predicted and measured (the same script as one
+process, evaluate.single_process).
 
-    python bench/data_parallel_prediction.py                          # world_size 2, batch sizes 32 and 128
+    python bench/data_parallel_prediction.py                          # world_size 2, batch sizes 16 and 64
     python bench/data_parallel_prediction.py --batch-sizes 16 --steps 16 --rounds 1   # a quick check
-    python bench/data_parallel_prediction.py --world-size 2 --rounds 3  # interleaved rounds, medians
+    python bench/data_parallel_prediction.py --rounds 3               # interleaved rounds, medians
+    python bench/data_parallel_prediction.py evaluate.communication_overlap=backward  # the other overlap model
 
 threads is per rank (default 1: two ranks on a two-core machine). Each evaluation is one MLflow run in a
-store of its own (default .dlbench/bench/data_parallel.db). The load average is printed before and after.
+store of its own (default .dlbench/bench/data_parallel.db). The load average is printed before, after each
+evaluation and after; each run also logs its own (load_average_start/end).
+
+The profile's figures are a check on the model, never an input to it: ``profiled_wait_ms`` is how long rank 0
+waited after its backward pass for the all-reduce (the longest stretch without an operator on its thread
+between the last all-reduce launch and DDP's copy of the reduced gradients back), ``profiled_allreduce_ms``
+the span of gloo's all-reduce events.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import load_average, print_table, run_evaluation, runs_table, store_uri  # noqa: E402
 
 COLUMNS = (
     "step_time_predicted_ms",
     "step_time_measured_ms",
     "prediction_error_pct",
     "step_time_single_process_predicted_ms",
+    "ddp_gradient_copies_ms",
     "allreduce_total_ms",
     "allreduce_exposed_ms",
-    "allreduce_buckets",
+    "allreduce_hidden_by_backward",
+    "allreduce_exposed_if_hidden_ms",
     "scaling_efficiency_predicted",
+    "step_time_single_process_measured_ms",
+    "scaling_efficiency_measured",
+    "load_average_start",
+    "load_average_end",
     "machine_drift_pct",
+    "training_drift_pct",
 )
+COPY_BACK = "torch.distributed.ddp.reducer::copy_bucket_to_grad"
 
 
-def load_average() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f} (1, 5, 15 min; {os.cpu_count()} logical cores)"
+def profiled_communication(trace_path: Path) -> dict[str, float]:
+    """From one profiled step's trace: rank 0's wait after its backward pass for the all-reduce, and the span of
+    gloo's all-reduce events (ms)."""
+    events = [e for e in json.loads(trace_path.read_text())["traceEvents"] if e.get("ph") == "X"]
+    gloo = [e for e in events if str(e.get("name", "")).startswith("gloo:all_reduce")]
+    launches = [e for e in events if e.get("name") == "c10d::allreduce_"]
+    copies = [e for e in events if e.get("name") == COPY_BACK]
+    if not gloo or not launches or not copies:
+        return {}
+    main = launches[0]["tid"]
+    last_launch, copy_start = max(e["ts"] for e in launches), min(e["ts"] for e in copies)
+    wait, busy_until = 0.0, last_launch
+    for event in sorted((e for e in events if e["tid"] == main and e.get("cat") == "cpu_op"), key=lambda e: e["ts"]):
+        if last_launch <= event["ts"] <= copy_start:  # the longest stretch with no operator on rank 0's thread
+            wait = max(wait, event["ts"] - busy_until)
+        busy_until = max(busy_until, event["ts"] + event["dur"])
+    span = max(e["ts"] + e["dur"] for e in gloo) - min(e["ts"] for e in gloo)
+    return {"profiled_wait_ms": wait / 1e3, "profiled_allreduce_ms": span / 1e3}
 
 
-def evaluate(batch_size: int, args: argparse.Namespace, uri: str) -> tuple[str, float]:
-    run_name = f"bench-ddp-ws{args.world_size}-bs{batch_size}-{int(time.time())}"
-    command = [
-        sys.executable, "-m", "dlbench", f"+benchmark={args.benchmark}", "task=evaluate",
-        f"world_size={args.world_size}", f"batch_size={batch_size}", f"threads={args.threads}",
-        f"steps={args.steps}", f"profile.warmup={args.warmup}", f"profile.batches={args.profiled}",
-        f"mlflow.tracking_uri={uri}", f"mlflow.experiment={args.experiment}", f"mlflow.run_name={run_name}",
-        "quiet=true", *args.overrides,
-    ]  # fmt: skip
-    start = time.perf_counter()
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, timeout=args.timeout)  # noqa: S603
-    if result.returncode != 0:
-        print(f"bs{batch_size}: FAILED\n{result.stderr[-2000:]}", file=sys.stderr)
-    return run_name, time.perf_counter() - start
+def profile_check(uri: str, run_id: str) -> dict[str, float]:
+    """The median over the profiled steps of rank 0's :func:`profiled_communication`."""
+    import mlflow
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    try:
+        folder = Path(mlflow.artifacts.download_artifacts(run_id=run_id, artifact_path="profile", tracking_uri=uri))
+    except Exception as err:  # noqa: BLE001 - a check, not the result: say why it is missing
+        print(f"no profile of run {run_id}: {err}", file=sys.stderr)
+        return {}
+    figures = [profiled_communication(p) for p in sorted(folder.glob("batch_*_trace.json"))]
+    figures = [f for f in figures if f]
+    return {k: statistics.median(f[k] for f in figures) for k in (figures[0] if figures else {})}
+
+
+def term_table(uri: str, experiment: str, table):
+    """Every term of each evaluation's prediction (the ``predicted_ms.*`` metrics), one column per evaluation."""
+    from dlbench.tracking.store import resolve_tracking, search_runs
+
+    runs = search_runs(resolve_tracking(uri, experiment), "", [experiment])
+    columns = {}
+    for _, row in table.iterrows():
+        match = runs[runs["run_id"] == row.get("run_id")] if len(runs) else runs
+        if len(match):
+            record = match.iloc[0]
+            label = f"r{row['round']} bs{row['batch_size']}"
+            columns[label] = {
+                k.removeprefix("metrics.predicted_ms."): record[k]
+                for k in runs.columns
+                if k.startswith("metrics.predicted_ms.") and record[k] == record[k]
+            }
+    import pandas as pd
+
+    return pd.DataFrame(columns)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--benchmark", default="mlp_ddp")
     parser.add_argument("--world-size", type=int, default=2)
-    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[32, 128], help="samples per rank")
+    parser.add_argument("--batch-sizes", nargs="+", type=int, default=[16, 64], help="samples per rank")
     parser.add_argument("--threads", type=int, default=1, help="threads per rank, and of the benchmarks")
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=5)
@@ -74,47 +128,44 @@ def main() -> int:
     parser.add_argument("overrides", nargs="*", help="extra dlbench overrides, e.g. measure.min_time_s=0.1")
     args = parser.parse_args()
 
-    import pandas as pd
-
-    from dlbench.tracking.store import resolve_tracking, search_runs
-
-    Path(args.store).parent.mkdir(parents=True, exist_ok=True)
-    uri = f"sqlite:///{Path(args.store).resolve()}"
+    uri = store_uri(args.store)
     print(f"load average before: {load_average()}")
-    names = []
+    evaluations = []
     for round_ in range(args.rounds):
         for batch_size in args.batch_sizes:
-            run_name, seconds = evaluate(batch_size, args, uri)
-            names.append((round_, batch_size, run_name, seconds))
+            overrides = [
+                f"+benchmark={args.benchmark}", f"world_size={args.world_size}", f"batch_size={batch_size}",
+                f"threads={args.threads}", f"steps={args.steps}", f"profile.warmup={args.warmup}",
+                f"profile.batches={args.profiled}", *args.overrides,
+            ]  # fmt: skip
+            label = f"ddp-ws{args.world_size}-bs{batch_size}"
+            run_name, seconds = run_evaluation(label, overrides, uri, args.experiment, args.timeout)
+            evaluations.append({"round": round_, "batch_size": batch_size, "seconds": seconds, "run_name": run_name})
             print(f"  round {round_} bs{batch_size}: {seconds:.0f} s, load {load_average()}", flush=True)
     print(f"load average after: {load_average()}")
-    runs = search_runs(resolve_tracking(uri, args.experiment), "", [args.experiment])
-    rows = []
-    for round_, batch_size, run_name, seconds in names:
-        match = runs[runs["tags.mlflow.runName"] == run_name] if len(runs) else runs
-        row = {"round": round_, "batch_size": batch_size, "seconds": seconds}
-        if len(match):
-            row["status"] = match.iloc[0]["status"]
-            row.update({c: match.iloc[0].get(f"metrics.{c}") for c in COLUMNS})
-        else:
-            row["status"] = "missing"
-        rows.append(row)
-    table = pd.DataFrame(rows)
-    with pd.option_context("display.width", 220, "display.max_columns", 20):
-        print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
-    ok = (
-        table.dropna(subset=["step_time_predicted_ms", "step_time_measured_ms"])
-        if "step_time_measured_ms" in table
-        else table.iloc[0:0]
-    )
+    table = runs_table(uri, args.experiment, evaluations, COLUMNS)
+    if "run_id" in table:
+        checks = [profile_check(uri, r) if r == r else {} for r in table["run_id"]]
+        for key in ("profiled_wait_ms", "profiled_allreduce_ms"):
+            table[key] = [c.get(key) for c in checks]
+    print_table(table.drop(columns=["run_id"], errors="ignore"))
+    terms = term_table(uri, args.experiment, table) if "run_id" in table else None
+    if terms is not None and len(terms):
+        print("\nterms of the prediction (ms):")
+        print_table(terms.reset_index(names="term"))
+    ok = table.dropna(subset=["step_time_predicted_ms", "step_time_measured_ms"]) if "run_id" in table else table[:0]
     for batch_size, part in ok.groupby("batch_size"):
         predicted = statistics.median(part["step_time_predicted_ms"])
         measured = statistics.median(part["step_time_measured_ms"])
+        efficiencies = part["scaling_efficiency_measured"].dropna()
+        measured_efficiency = statistics.median(efficiencies) if len(efficiencies) else float("nan")
         print(
             f"bs{batch_size} x {args.world_size} ranks: predicted {predicted:.3g} ms, measured {measured:.3g} ms, "
-            f"error {100 * (predicted / measured - 1):+.1f}% (median over {len(part)} rounds; aim: within 15%)"
+            f"error {100 * (predicted / measured - 1):+.1f}% (median over {len(part)} rounds; aim: within 15%); "
+            f"scaling efficiency predicted {statistics.median(part['scaling_efficiency_predicted']):.2f}, "
+            f"measured {measured_efficiency:.2f}"
         )
-    return 0 if len(ok) == len(names) else 1
+    return 0 if len(ok) == len(evaluations) else 1
 
 
 if __name__ == "__main__":

@@ -24,15 +24,15 @@ of the machine; every summary is then given per cache state.
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
+
+from _common import load_average, print_table, run_evaluation, runs_table, store_uri  # noqa: E402
 
 COLUMNS = (
     "step_time_predicted_ms",
@@ -49,27 +49,15 @@ COLUMNS = (
 )
 
 
-def load_average() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f} (1, 5, 15 min; {os.cpu_count()} logical cores)"
-
-
 def evaluate(
     model: str, batch_size: int, caches: str, args: argparse.Namespace, uri: str, experiment: str
 ) -> tuple[str, float]:
-    run_name = f"bench-{model}-bs{batch_size}-{caches}-{int(time.time())}"
-    command = [
-        sys.executable, "-m", "dlbench", f"+benchmark={model}", "task=evaluate", f"batch_size={batch_size}",
-        f"threads={args.threads}", f"steps={args.steps}", f"profile.warmup={args.warmup}",
-        f"profile.batches={args.profiled}", f"mlflow.tracking_uri={uri}", f"mlflow.experiment={experiment}",
-        f"mlflow.run_name={run_name}", f"evaluate.caches={caches}", "quiet=true", *args.overrides,
+    overrides = [
+        f"+benchmark={model}", f"batch_size={batch_size}", f"threads={args.threads}", f"steps={args.steps}",
+        f"profile.warmup={args.warmup}", f"profile.batches={args.profiled}", f"evaluate.caches={caches}",
+        *args.overrides,
     ]  # fmt: skip
-    start = time.perf_counter()
-    result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, timeout=args.timeout)  # noqa: S603
-    seconds = time.perf_counter() - start
-    if result.returncode != 0:
-        print(f"{model} bs{batch_size}: FAILED\n{result.stderr[-2000:]}", file=sys.stderr)
-    return run_name, seconds
+    return run_evaluation(f"{model}-bs{batch_size}-{caches}", overrides, uri, experiment, args.timeout)
 
 
 def main() -> int:
@@ -96,10 +84,7 @@ def main() -> int:
     parser.add_argument("overrides", nargs="*", help="extra dlbench overrides, e.g. measure.min_time_s=0.1")
     args = parser.parse_args()
 
-    from dlbench.tracking.store import resolve_tracking, search_runs
-
-    Path(args.store).parent.mkdir(parents=True, exist_ok=True)
-    uri = f"sqlite:///{Path(args.store).resolve()}"
+    uri = store_uri(args.store)
     print(f"load average before: {load_average()}")
     names = []
     for round_ in range(args.rounds):
@@ -115,30 +100,18 @@ def main() -> int:
                     )
     print(f"load average after: {load_average()}")
 
-    import pandas as pd
-
-    runs = search_runs(resolve_tracking(uri, args.experiment), "", [args.experiment])
-    rows = []
-    for round_, model, batch_size, caches, run_name, seconds in names:
-        match = runs[runs["tags.mlflow.runName"] == run_name] if len(runs) else runs
-        row = {"round": round_, "model": model, "batch_size": batch_size, "caches": caches, "seconds": seconds}
-        if len(match):
-            record = match.iloc[0]
-            row["status"] = record["status"]
-            row.update({c: record.get(f"metrics.{c}") for c in COLUMNS})
-        else:
-            row["status"] = "missing"
-        rows.append(row)
-    table = pd.DataFrame(rows)
-    with pd.option_context("display.width", 220, "display.max_columns", 20):
-        print(table.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+    evaluations = [
+        {"round": r, "model": m, "batch_size": b, "caches": c, "seconds": t, "run_name": n}
+        for r, m, b, c, n, t in names
+    ]
+    table = runs_table(uri, args.experiment, evaluations, COLUMNS).drop(columns=["run_id"], errors="ignore")
+    print_table(table)
     errors = [abs(e) for e in table.get("prediction_error_pct", []) if e == e]
     summarise("every evaluation", table, args.threads)
     if args.rounds > 1 and errors:
         medians = median_over_rounds(table)
-        with pd.option_context("display.width", 220):
-            print(f"\nmedian over {args.rounds} rounds (predicted and measured each the median of its rounds):")
-            print(medians.to_string(index=False, float_format=lambda v: f"{v:.3g}"))
+        print(f"\nmedian over {args.rounds} rounds (predicted and measured each the median of its rounds):")
+        print_table(medians)
         summarise("medians over rounds", medians, args.threads)
     if "machine_drift_pct" in table and errors:
         from dlbench.operators.reference import DRIFT_LIMIT_PCT

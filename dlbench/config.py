@@ -110,9 +110,19 @@ class EvaluateConfig:
     #: the operator benchmarks' cache state (``measure.caches`` for this task): ``cold`` by default, because a
     #: training step's working set exceeds the caches and its operators find their tensors in memory
     caches: str = "cold"
+    #: a data-parallel step: whether DDP's all-reduce hides behind the backward pass. ``auto``: not on CPUs whose
+    #: cores the ranks' threads all take (gloo reduces on those cores), else yes; ``backward``: yes; ``none``: no
+    communication_overlap: str = "auto"
+    #: a data-parallel step: also train the script as one process (same batch per rank) for the measured scaling
+    #: efficiency
+    single_process: bool = True
 
     def __post_init__(self) -> None:
         check_cache_state("evaluate.caches", self.caches)
+        if self.communication_overlap not in ("auto", "backward", "none"):
+            raise ValueError(
+                f"evaluate.communication_overlap={self.communication_overlap!r}: use auto, backward or none"
+            )
 
 
 @dataclass

@@ -13,13 +13,14 @@ device + host outside any operator = step.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
-from dlbench.training.trace import DEVICE, OPERATOR, RUNTIME, TraceEvent, is_sync
+from dlbench.training.trace import DEVICE, OPERATOR, RUNTIME, TraceEvent, is_sync, read_trace
 
 
 @dataclass(frozen=True)
@@ -299,3 +300,15 @@ def _group_order(pass_name: str) -> int:
     if pass_name.startswith("loss"):
         return 1
     return 3 if pass_name == "optimizer" else 2
+
+
+def traced_lanes(profile_dir: Path) -> dict[str, float]:
+    """The first profiled step's two lanes (device busy/idle, host in operators/waiting/outside), from its
+    trace; none when it has no readable trace."""
+    traces = sorted(profile_dir.glob("batch_*_trace.json"))
+    try:
+        lanes = lane_breakdown(read_trace(traces[0])) if traces else {}
+    except ValueError as err:
+        logging.getLogger(__name__).warning("no two-lane breakdown of the profiled step: %s", err)
+        lanes = {}
+    return {f"lanes.{name}": value for name, value in lanes.items()}

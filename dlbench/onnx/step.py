@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dlbench.core.descriptors import DESCRIPTORS, operation_cost
+from dlbench.core.descriptors import DESCRIPTORS, DTYPE_BYTES, operation_cost
 from dlbench.core.shapes import rank4
 from dlbench.core.values import Operation
 from dlbench.onnx.unfold import declared_notes
@@ -306,3 +306,15 @@ def _assumed_optimizer(facts: GraphFacts, optimizer: Mapping[str, Any]) -> tuple
         f"optimizer: {op_type} (momentum 0.9) assumed, no optimizer recorded: {per_parameter} operation(s) per "
         f"parameter tensor ({len(facts.parameters)} tensors)"
     )
+
+
+def with_dtype_costs(operations: list[Operation], dtype: str) -> list[Operation]:
+    """Bytes moved follow the dtype the training ran in (extraction counts 4-byte elements)."""
+    size = DTYPE_BYTES.get(dtype, 4)
+    if size == 4:
+        return operations
+    out = []
+    for op in operations:
+        flops, moved = operation_cost(op.op_type, op.param_dict, size)
+        out.append(replace(op, flops=flops or op.flops, bytes_moved=moved or op.bytes_moved))
+    return out

@@ -1,5 +1,5 @@
-"""The all-reduce times a data-parallel prediction needs: the registered AllReduce benchmark of the chosen
-device, run among ``world_size`` ranks at the given message sizes."""
+"""The measurements a data-parallel prediction needs: the registered AllReduce benchmark of the chosen device,
+run among ``world_size`` ranks at the given message sizes, and DDP's gradient copies as the Mul benchmark."""
 
 from __future__ import annotations
 
@@ -14,6 +14,13 @@ from dlbench.operators.registry import Registry
 from dlbench.operators.runner import RunSettings, SweepFiles
 
 ALLREDUCE = "AllReduce"
+MUL = "Mul"
+
+
+def sweep_paths(files: SweepFiles) -> list[Path]:
+    """A sweep's protocol files that exist (to log as artifacts)."""
+    paths = (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv)
+    return [p for p in paths if p is not None and p.exists()]
 
 
 def allreduce_operations(sizes: Sequence[int], world_size: int) -> list[Operation]:
@@ -40,3 +47,34 @@ def measure_allreduce(
         if op.id in result.measurements and result.measurements[op.id].ok
     }
     return times, result, files
+
+
+def gradient_copy_operations(elements: Sequence[int]) -> list[Operation]:
+    """A gradient of ``n`` elements multiplied by a one-element operand: what DDP runs to copy it into its bucket
+    divided by world_size (``aten::mul`` into the bucket), and the same bytes as the copy back."""
+    operations = []
+    for i, count in enumerate(elements):
+        params = {"N": 1, "C": 1, "H": 1, "W": count, "N_b": 1, "C_b": 1, "H_b": 1, "W_b": 1, "mode": 0}
+        flops, moved = operation_cost(MUL, params)
+        operations.append(Operation(i, MUL, tuple(params.items()), name=f"gradient_copy_{count}",
+                                    flops=flops, bytes_moved=moved))  # fmt: skip
+    return operations
+
+
+def measure_gradient_copies(
+    registry: Registry, device: str, elements: Sequence[int], settings: RunSettings, workdir: Path, quiet: bool,
+) -> tuple[dict[int, float], list[Path]]:  # fmt: skip
+    """Median ms of one gradient copy by element count (the embedded torch Mul where registered; a failed row
+    is left out), and the sweep's files."""
+    entries = [e for e in registry.serving(MUL, device=device) if not e.unavailable_reason]
+    entries.sort(key=lambda e: e.backend != "torch")
+    if not entries:
+        raise TaskFailed(f"no {MUL} benchmark for {device} is registered: DDP's gradient copies need it")
+    operations = gradient_copy_operations(elements)
+    result, files = measure_with_progress(entries[0], operations, settings, workdir, "ddp_gradient_copies", quiet)
+    times = {
+        int(op.param_dict["W"]): result.measurements[op.id].stats.median_ms
+        for op in operations
+        if op.id in result.measurements and result.measurements[op.id].ok
+    }
+    return times, sweep_paths(files)

@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from dlbench.analysis import match
-from dlbench.analysis.data_parallel import predict_data_parallel
+from dlbench.analysis.data_parallel import measured_scaling_metrics, predict_data_parallel
 from dlbench.analysis.evaluation import Evaluation, log_evaluation, print_evaluation
 from dlbench.analysis.match import match_profile
 from dlbench.analysis.predict import (
@@ -35,10 +35,10 @@ from dlbench.analysis.predict import (
 from dlbench.analysis.report import log_workload
 from dlbench.analysis.results import interference_record
 from dlbench.analysis.step_run import not_costed_time, ran_params, read_step_profile, step_run
-from dlbench.analysis.timeline import gpu_step, host_framework_ms, lane_breakdown
+from dlbench.analysis.timeline import gpu_step, host_framework_ms, traced_lanes
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
-from dlbench.core.descriptors import DTYPE_BYTES, operation_cost
+from dlbench.core.descriptors import DTYPE_BYTES
 from dlbench.core.device import resolve_device
 from dlbench.core.errors import ConfigurationError, TaskFailed
 from dlbench.core.interference import InterferenceReport
@@ -48,7 +48,7 @@ from dlbench.onnx.errors import ExtractionError
 from dlbench.onnx.extract import extract_operations
 from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.patterns import fuse_exported_gelus
-from dlbench.onnx.step import graph_facts, training_step
+from dlbench.onnx.step import graph_facts, training_step, with_dtype_costs
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import model_coverage, plan_benchmarks
 from dlbench.operators.reference import GPU_WARMUP_ROUNDS, Drift, reference_benchmarks, reference_medians
@@ -66,7 +66,6 @@ from dlbench.training.scripts import (
     training_entry,
 )
 from dlbench.training.threads import ThreadAgreement
-from dlbench.training.trace import read_trace
 
 #: The optimizer's op_types (:mod:`dlbench.onnx.update`); training runs PyTorch's whatever the backend measures
 UPDATE_OP_TYPES = ("SGD", "Adam", "AdamW", "RMSprop", "ZeroGrad", "ClipGradNorm")
@@ -315,12 +314,15 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, layout, framework_ms))
         ran_with = effective_params(trained.facts)
         data_parallel: dict[str, float] = {}
+        data_parallel_notes: list[str] = []
         if "bucket_cap_mb" in ran_with:  # a DistributedDataParallel script: its gradient all-reduce too
             world_size = int(ran_with.get("world_size", cfg.world_size))
-            terms, data_parallel = predict_data_parallel(
+            terms, data_parallel, data_parallel_notes = predict_data_parallel(
                 registry, device, run_settings(bench_cfg, device), ctx.output_dir / "protocol", cfg.quiet, run,
-                ran_with, world_size, frame, terms,
+                ran_with, world_size, frame, terms, cfg.evaluate.communication_overlap, DTYPE_BYTES.get(cfg.dtype, 4),
             )  # fmt: skip
+            if cfg.evaluate.single_process and world_size > 1:
+                data_parallel.update(single_process_scaling(cfg, registry, workdir / "single", measured_ms))
         coverage = model_coverage(extraction, plan.served_types)
         timeline = None
         if device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
@@ -344,6 +346,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         not_costed_notes, not_costed_metrics = not_costed_time(step.not_costed, profile, profiled_ms)
         notes += not_costed_notes
         metrics.update(not_costed_metrics)
+        notes += data_parallel_notes
         drift_note = drift.note()
         if drift_note:
             notes.append(drift_note)
@@ -360,30 +363,18 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     return 0
 
 
-def traced_lanes(profile_dir) -> dict[str, float]:
-    """The first profiled step's two lanes (device busy/idle, host in operators/waiting/outside), from its
-    trace; none when it has no readable trace."""
-    traces = sorted(profile_dir.glob("batch_*_trace.json"))
-    try:
-        lanes = lane_breakdown(read_trace(traces[0])) if traces else {}
-    except ValueError as err:
-        log.warning("no two-lane breakdown of the profiled step: %s", err)
-        lanes = {}
-    return {f"lanes.{name}": value for name, value in lanes.items()}
+def single_process_scaling(
+    cfg: DlbenchConfig, registry: Registry, workdir, data_parallel_ms: float
+) -> dict[str, float]:
+    """The data-parallel script trained again as one process (same batch, unprofiled steps' median): the measured
+    single-process step and scaling efficiency."""
+    log.info("training %s as one process (evaluate.single_process)", cfg.benchmark.training)  # type: ignore[union-attr]
+    entry, arguments = training_entry(replace(cfg, world_size=1), registry)
+    single = run_training(cfg, entry, arguments, workdir)
+    single_ms, _, _ = measured_step_ms(pd.read_csv(single.profile_dir / BATCHES_FILE), cfg.profile.warmup)
+    return measured_scaling_metrics(single_ms, data_parallel_ms)
 
 
 def script_params(facts: dict, already: dict[str, object]) -> dict[str, object]:
     """What the script ran with (reported, else observed), minus names dlbench already logged itself."""
     return {k: v for k, v in effective_params(facts).items() if k not in already}
-
-
-def with_dtype_costs(operations: list[Operation], dtype: str) -> list[Operation]:
-    """Bytes moved follow the dtype the training ran in (extraction counts 4-byte elements)."""
-    size = DTYPE_BYTES.get(dtype, 4)
-    if size == 4:
-        return operations
-    out = []
-    for op in operations:
-        flops, moved = operation_cost(op.op_type, op.param_dict, size)
-        out.append(replace(op, flops=flops or op.flops, bytes_moved=moved or op.bytes_moved))
-    return out

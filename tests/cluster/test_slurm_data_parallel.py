@@ -1,6 +1,7 @@
 """Collectives and data-parallel training on a real one-node Slurm cluster: the rank program and the DDP
 script as one job step of 2 Slurm tasks (srun), and the collective sweep and the DDP benchmark submitted
-through dlbench's submitit launcher, each one job whose 2 ranks run on its node."""
+through dlbench's submitit launcher, each one job whose 2 ranks run on its node, as is the evaluation of
+the DDP benchmark."""
 
 from __future__ import annotations
 
@@ -75,3 +76,19 @@ def test_ddp_script_trains_as_the_tasks_of_one_slurm_job_step(slurm_cluster: Loc
     assert done.returncode == 0, done.stderr[-3000:]
     assert "mlp_ddp rank 0: 3 steps" in done.stdout and "mlp_ddp rank 1: 3 steps" in done.stdout
     assert (profile / "batch_1_ops.csv").is_file() and (profile / "rank1" / "batch_1_ops.csv").is_file()
+
+
+def test_data_parallel_evaluation_runs_as_a_slurm_job(slurm_cluster: LocalSlurm, store: Store, tmp_path: Path) -> None:
+    done = run_dlbench(
+        "-m", "task=evaluate", "+benchmark=mlp_ddp", "world_size=2", "threads=1", "steps=10", "profile.warmup=2",
+        "profile.batches=2", "evaluate.bracket=false", *SLURM, *FAST,
+        cwd=tmp_path, store=store, env={"SLURM_CONF": slurm_cluster.env["SLURM_CONF"]}, timeout=1200,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-5000:]
+    run = next(r for r in job_runs(store) if r.data.tags.get("dlbench.kind") == "evaluation")
+    assert run.data.tags["slurm.node"] == slurm_cluster.node and run.info.status == "FINISHED"
+    metrics = run.data.metrics
+    # the job's 2 CPUs are the 2 ranks' threads: the all-reduce cannot hide behind the backward pass there
+    assert metrics["world_size"] == 2 and metrics["allreduce_hidden_by_backward"] == 0
+    assert metrics["allreduce_exposed_ms"] == pytest.approx(metrics["allreduce_total_ms"], rel=1e-3)
+    assert metrics["scaling_efficiency_measured"] > 0
