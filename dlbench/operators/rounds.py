@@ -1,18 +1,28 @@
 """Interleaved measurement: a sweep's operations are measured in rounds, each round giving every operation a
-share of its repetitions in a new shuffled order (google/benchmark's ``--benchmark_enable_random_interleaving``),
-so a slow spell of the machine lands on all operations rather than on the ones that ran in it; the rounds'
-samples are combined into one statistic per operation. A round in which an operation's threads waited for
-cores (:mod:`dlbench.core.contention`) is set aside; an operation with no other round is ``contended``.
-The reference probe of :mod:`dlbench.operators.reference`, timed at every round's start and after the last,
-says how far the machine's speed moved meanwhile.
+share of its repetitions in a new order (google/benchmark's ``--benchmark_enable_random_interleaving``), so a
+slow spell of the machine lands on all operations rather than on the ones that ran in it; the rounds' samples
+are combined into one statistic per operation. A round in which an operation's threads waited for cores
+(:mod:`dlbench.core.contention`) is set aside; an operation with no other round is ``contended``. The
+reference probe of :mod:`dlbench.operators.reference`, timed at every round's start and after the last, says
+how far the machine's speed moved meanwhile.
 
-Why 4 rounds by default: the machine's speed here moves by ~10% within a minute, about the length of a
-23-convolution sweep. In one block, an operation's samples sit at one random place in the sweep (spread of
-that place: 0.29 of the sweep, the standard deviation of a uniform position); over R rounds in shuffled
-order, its samples average R such places, 0.29/sqrt(R): 4 rounds halve the drift an operation carries
-relative to another, 16 would be needed to halve it again. Each round costs a warm-up call and the kernel's
-set-up per operation (a few percent of a 0.2 s share) and keeps ceil(min_reps / R) = 3 repetitions of the
-default 10 per round."""
+The orders come in pairs (:func:`round_orders`): a shuffled order, then the same order reversed. The time
+before an operation in one round of a pair is the time after it in the other, so the centres of its two
+shares lie symmetrically about the pair's middle whatever the operations' durations, and a drift that is
+linear over the pair shifts every operation alike (the common drift, which ratios between operations do not
+see). With independent shuffles an operation's mean place in a sweep of length L has a spread of
+0.29 L / R^1.5 over R rounds (0.29 of a round, the standard deviation of a uniform place, averaged over R
+rounds of L / R each): 0.036 L at 4 rounds, so a 10% drift over a sweep still moved single operations by
+~0.4%; the pairs take that to 0 for linear drift. What is left is drift that turns within a pair and other
+work that comes and goes in spells: an operation's share of a spell averages over its R places, so it falls
+as 1/sqrt(R), and the per-call median already ignores spells that cover fewer than half its samples.
+
+Why 4 rounds by default: more rounds would cut the spell part by sqrt(R'/R) (8 rounds: by 1.4), but every
+round costs each operation one warm-up call and its set-up (tensors, a heap trim), the sweep one reference
+probe reading (two operations of ~0.1 s), and leaves ceil(min_reps / R) timed repetitions per round (3 of the
+default 10 at 4 rounds, 2 at 8). Part of the spread two identical sweeps show after their common drift is the
+medians' own sampling error, which more repetitions reduce and more rounds do not; ``bench/repeatability.py``
+prints that part (from the medians' confidence intervals) beside the spread, to tell the two apart."""
 
 from __future__ import annotations
 
@@ -46,8 +56,19 @@ def round_share(settings: Any, rounds: int, index: int) -> dict[str, object]:
     return share
 
 
-def shuffled(items: Sequence, rng: random.Random) -> list:
-    return rng.sample(list(items), len(items))
+def round_orders(items: Sequence, rounds: int, rng: random.Random) -> list[list]:
+    """The order of ``items`` in each of ``rounds`` rounds: in pairs, a shuffled order and then its reverse
+    (a drift linear over the pair then shifts every item alike); an odd last round is shuffled on its own.
+    One round keeps the items' own order."""
+    if rounds <= 1:
+        return [list(items)]
+    orders: list[list] = []
+    while len(orders) < rounds:
+        order = rng.sample(list(items), len(items))
+        orders.append(order)
+        if len(orders) < rounds:
+            orders.append(order[::-1])
+    return orders
 
 
 @dataclass(frozen=True)
