@@ -22,7 +22,7 @@ of ``measure.target_rel_ci``):
    drift in the ratio. Now the Timer process times every convolution in each round of both sweeps, next to
    dlbench's round (``measure_operations(around_round=...)``), ABBA: after dlbench's round in even rounds,
    before it in odd ones, so that over a pair of rounds neither side sits systematically earlier; its
-   orders come in reversed pairs as dlbench's do, and each Timer share is dlbench's share of a round
+   order is shuffled anew each round as dlbench's is, and each Timer share is dlbench's share of a round
    (``--min-run-time`` and ``--max-time`` divided by the rounds). Three ratios per convolution are printed,
    none hidden:
 
@@ -210,7 +210,7 @@ class TimerProcess:
 
 class TimerRounds:
     """The Timer's rounds next to dlbench's (``around_round``): after dlbench's round in even rounds, before it
-    in odd ones; the Timer's orders in reversed pairs too; its times by operation and round."""
+    in odd ones, each in a new shuffled order; its times by operation and round."""
 
     def __init__(self, timer: TimerProcess, operations: list[Operation], rounds: int, min_run: float, max_run: float):
         self.timer, self.ids, self.rounds = timer, [op.id for op in operations], rounds

@@ -1,28 +1,34 @@
 """Interleaved measurement: a sweep's operations are measured in rounds, each round giving every operation a
-share of its repetitions in a new order (google/benchmark's ``--benchmark_enable_random_interleaving``), so a
-slow spell of the machine lands on all operations rather than on the ones that ran in it; the rounds' samples
+share of its repetitions in a new shuffled order (google/benchmark's ``--benchmark_enable_random_interleaving``),
+so a slow spell of the machine lands on all operations rather than on the ones that ran in it; the rounds' samples
 are combined into one statistic per operation. A round in which an operation's threads waited for cores
 (:mod:`dlbench.core.contention`) is set aside; an operation with no other round is ``contended``. The
 reference probe of :mod:`dlbench.operators.reference`, timed at every round's start and after the last, says
 how far the machine's speed moved meanwhile.
 
-The orders come in pairs (:func:`round_orders`): a shuffled order, then the same order reversed. The time
-before an operation in one round of a pair is the time after it in the other, so the centres of its two
-shares lie symmetrically about the pair's middle whatever the operations' durations, and a drift that is
-linear over the pair shifts every operation alike (the common drift, which ratios between operations do not
-see). With independent shuffles an operation's mean place in a sweep of length L has a spread of
-0.29 L / R^1.5 over R rounds (0.29 of a round, the standard deviation of a uniform place, averaged over R
-rounds of L / R each): 0.036 L at 4 rounds, so a 10% drift over a sweep still moved single operations by
-~0.4%; the pairs take that to 0 for linear drift. What is left is drift that turns within a pair and other
-work that comes and goes in spells: an operation's share of a spell averages over its R places, so it falls
-as 1/sqrt(R), and the per-call median already ignores spells that cover fewer than half its samples.
+Why shuffled rounds, and how many. Each round takes 1/R of a sweep of length L; in a new random order per
+round an operation's share sits at a uniform place in it, so under a drift linear over the sweep its mean
+place has a spread of 0.29 L / R^1.5 (0.29: a uniform place's standard deviation, of a round L / R, averaged
+over R rounds): 0.29 L in one block, 0.036 L at 4 rounds, i.e. ~0.4% between operations for a 10% drift per
+sweep. (Reversed pairs of orders cancel a linear drift exactly for a mean, but not for the pooled per-call
+median once R > 2: tried and dropped.) What is left is drift that wanders (the machine's speed moving with a
+correlation time of seconds to minutes, other work in spells): an operation's pooled median averages its R
+places, so its share of the wandering falls about as 1/sqrt(R) while the shares are shorter than it. A
+simulation of that (``bench/rounds_simulation.py``: log-speed wandering by 5% with a correlation time of
+2-120 s, 23 operations over 60 s, per-call medians pooled) gives a per-operation spread within one sweep of
+1.0-2.7% in one block, 0.4-1.5% at 4 rounds, 0.2-1.0% at 8, 0.1-0.7% at 16; two sweeps
+compared carry about sqrt(2) times it.
 
-Why 4 rounds by default: more rounds would cut the spell part by sqrt(R'/R) (8 rounds: by 1.4), but every
-round costs each operation one warm-up call and its set-up (tensors, a heap trim), the sweep one reference
-probe reading (two operations of ~0.1 s), and leaves ceil(min_reps / R) timed repetitions per round (3 of the
-default 10 at 4 rounds, 2 at 8). Part of the spread two identical sweeps show after their common drift is the
-medians' own sampling error, which more repetitions reduce and more rounds do not; ``bench/repeatability.py``
-prints that part (from the medians' confidence intervals) beside the spread, to tell the two apart."""
+Why 4 rounds by default: each round costs every operation one warm-up call and its set-up (tensors, a heap
+trim), the sweep one reference probe reading (two operations of ~0.1 s), and leaves ceil(min_reps / R) timed
+repetitions per round (3 of the default 10 at 4 rounds, 2 at 8). And ``target_rel_ci`` is judged on each
+round's own samples (the executable sees only its round): an operation whose noise needs more samples than a
+round's minimum share spends up to R times what converging once takes (within ``max_time_s``), so more rounds
+at the same target can cost more time, not the same; at the same time the target per round would have to
+loosen by sqrt(R' / R). Part of the spread two
+identical sweeps show after their common drift is the medians' own sampling error, which more repetitions
+reduce and more rounds do not; ``bench/repeatability.py`` prints that part (from the medians' confidence
+intervals) beside the spread, to tell the two apart before changing this default."""
 
 from __future__ import annotations
 
@@ -57,18 +63,11 @@ def round_share(settings: Any, rounds: int, index: int) -> dict[str, object]:
 
 
 def round_orders(items: Sequence, rounds: int, rng: random.Random) -> list[list]:
-    """The order of ``items`` in each of ``rounds`` rounds: in pairs, a shuffled order and then its reverse
-    (a drift linear over the pair then shifts every item alike); an odd last round is shuffled on its own.
-    One round keeps the items' own order."""
+    """The order of ``items`` in each of ``rounds`` rounds: a new shuffle each round; one round keeps the
+    items' own order."""
     if rounds <= 1:
         return [list(items)]
-    orders: list[list] = []
-    while len(orders) < rounds:
-        order = rng.sample(list(items), len(items))
-        orders.append(order)
-        if len(orders) < rounds:
-            orders.append(order[::-1])
-    return orders
+    return [rng.sample(list(items), len(items)) for _ in range(rounds)]
 
 
 @dataclass(frozen=True)

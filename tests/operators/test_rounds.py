@@ -77,8 +77,7 @@ def test_each_round_runs_every_operation_in_a_new_order_with_a_share_of_the_repe
     calls = [json.loads(line) for line in log.read_text().splitlines()]
     assert len(calls) == 4
     assert all(sorted(c["order"]) == list(range(6)) for c in calls)
-    assert len({tuple(c["order"]) for c in calls}) > 1, "every pair of rounds is shuffled anew"
-    assert calls[1]["order"] == calls[0]["order"][::-1] and calls[3]["order"] == calls[2]["order"][::-1]
+    assert len({tuple(c["order"]) for c in calls}) > 1, "every round is shuffled anew"
     assert [c["DLBENCH_MIN_REPS"] for c in calls] == ["3"] * 4  # ceil(10 / 4)
     assert [float(c["DLBENCH_MIN_TIME_S"]) for c in calls] == [0.05] * 4
     assert [c["DLBENCH_WARMUP"] for c in calls] == ["3", "1", "1", "1"]
@@ -93,16 +92,13 @@ def test_each_round_runs_every_operation_in_a_new_order_with_a_share_of_the_repe
     assert len(combined) == 6 * 12, "the samples the table was computed from"
 
 
-def test_round_orders_come_in_reversed_pairs_so_every_item_has_the_same_mean_place() -> None:
+def test_round_orders_shuffle_every_round_and_one_round_keeps_the_order() -> None:
     rng = random.Random(3)
     items = list(range(9))
     orders = round_orders(items, 5, rng)
     assert len(orders) == 5 and all(sorted(order) == items for order in orders)
-    for first, second in (orders[0:2], orders[2:4]):
-        assert second == first[::-1]
-        assert {first.index(i) + second.index(i) for i in items} == {len(items) - 1}, "a linear drift cancels"
-    assert orders[2] != orders[0], "each pair is shuffled anew"
-    assert round_orders(items, 1, rng) == [items], "one round keeps the items' own order"
+    assert len({tuple(order) for order in orders}) == 5
+    assert round_orders(items, 1, rng) == [items]
 
 
 def test_around_round_is_called_right_before_and_after_each_round(tmp_path: Path) -> None:
