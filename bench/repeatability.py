@@ -30,6 +30,10 @@ of ``measure.target_rel_ci``):
      Timer took in those rounds (its block means); the targets' verdict is on this one;
    - ``ratio_paired`` (drift-corrected): the median over rounds of dlbench's round median over the Timer's
      median in the same round (minutes of drift cancel; rounds dlbench set aside as contended are left out);
+   - ``ratio_blocked`` (the statistic's part): dlbench's own per-call samples put in blocks of the Timer's
+     calls per block, the median of the block means over the Timer's median: the same statistic on both
+     sides, so what is left between ``ratio_raw`` and it is the statistic (per-call median against the median
+     of block means), not the kernel's timing;
    - ``ratio_separate``: the first version's figure, a Timer block after both sweeps (Timer defaults, up to
      10 s per convolution), for comparison; ``--no-separate-block`` skips it.
 
@@ -70,7 +74,7 @@ from dlbench.core.values import Operation  # noqa: E402
 from dlbench.operators.reference import reference_benchmarks  # noqa: E402
 from dlbench.operators.registry import load_registry  # noqa: E402
 from dlbench.operators.rounds import round_orders  # noqa: E402
-from dlbench.operators.runner import RunSettings, measure_operations  # noqa: E402
+from dlbench.operators.runner import RunSettings, measure_operations, round_files  # noqa: E402
 
 CONV_YAML = REPO / "conf" / "benchmark" / "conv.yaml"
 SAME_SWEEP_TARGET = math.log(1.03)
@@ -98,12 +102,13 @@ def resnet50_convolutions(batch: int) -> list[Operation]:
 
 @dataclass
 class Sweep:
-    """One sweep's figures per operation id: median, its 95% interval's relative half-width, and the median of
-    each round dlbench kept (by round index)."""
+    """One sweep's figures per operation id: median, its 95% interval's relative half-width, and the median and
+    the samples (in the order they were taken) of each round dlbench kept, by round index."""
 
     median_ms: dict[int, float]
     rel_ci: dict[int, float]
     rounds_ms: dict[int, dict[int, float]]
+    samples: dict[int, dict[int, list[float]]]
 
 
 def kept_round_medians(rounds_csv: Path | None) -> dict[int, dict[int, float]]:
@@ -140,10 +145,19 @@ def sweep(operations: list[Operation], settings: RunSettings, workdir: Path, ste
         flush=True,
     )
     stats = {i: m.stats for i, m in result.measurements.items() if m.stats is not None}
+    kept = kept_round_medians(files.rounds_csv)
+    samples: dict[int, dict[int, list[float]]] = {}
+    for k in range(int(result.extra.get("rounds", 1))):
+        path = round_files(workdir, stem, k, int(result.extra.get("rounds", 1))).samples_csv
+        table = pd.read_csv(path) if path is not None and path.exists() else pd.DataFrame(columns=["id", "ms"])
+        for op_id, group in table.groupby("id"):
+            if k in kept.get(int(op_id), {}):
+                samples.setdefault(int(op_id), {})[k] = list(group["ms"])
     return Sweep(
         {i: st.median_ms for i, st in stats.items()},
         {i: st.rel_ci if st.rel_ci is not None else math.nan for i, st in stats.items()},
-        kept_round_medians(files.rounds_csv),
+        kept,
+        samples,
     )
 
 
@@ -162,7 +176,8 @@ def conv_callable(op: Operation):
 
 def timer_child(operations: list[Operation], threads: int) -> int:
     """The Timer process: per request (a JSON line: ids, min_run_time, max_run_time) every time
-    ``Timer.adaptive_autorange`` took per call (its block means, ms) of each convolution, as one JSON line."""
+    ``Timer.adaptive_autorange`` took per call (its block means, ms) of each convolution and its calls per
+    block, as one JSON line."""
     import torch
     from torch.utils import benchmark
 
@@ -177,7 +192,7 @@ def timer_child(operations: list[Operation], threads: int) -> int:
                 measured = timer.adaptive_autorange(
                     threshold=0.02, min_run_time=request["min_run_time"], max_run_time=request["max_run_time"]
                 )
-                times[op_id] = [t * 1e3 for t in measured.times]
+                times[op_id] = {"ms": [t * 1e3 for t in measured.times], "calls": measured.number_per_run}
         print(json.dumps(times), flush=True)
     return 0
 
@@ -192,7 +207,7 @@ class TimerProcess:
                    "--limit", str(limit)]  # fmt: skip
         self.proc = subprocess.Popen(command, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)  # noqa: S603
 
-    def time(self, ids: list[int], min_run_time: float, max_run_time: float) -> dict[int, list[float]]:
+    def time(self, ids: list[int], min_run_time: float, max_run_time: float) -> dict[int, dict]:
         request = {"ids": ids, "min_run_time": min_run_time, "max_run_time": max_run_time}
         assert self.proc.stdin is not None and self.proc.stdout is not None
         self.proc.stdin.write(json.dumps(request) + "\n")
@@ -217,12 +232,24 @@ class TimerRounds:
         self.share = (min_run / rounds, max_run / rounds)
         self.orders = round_orders(self.ids, rounds, random.Random())
         self.times: dict[int, dict[int, list[float]]] = {}
+        self.calls: dict[int, list[int]] = {}  # the Timer's calls per block, per operation
 
     def __call__(self, index: int, stage: str) -> None:
         if stage != ("after" if index % 2 == 0 else "before"):
             return
-        for op_id, times in self.timer.time(self.orders[index], *self.share).items():
-            self.times.setdefault(op_id, {})[index] = times
+        for op_id, measured in self.timer.time(self.orders[index], *self.share).items():
+            self.times.setdefault(op_id, {})[index] = measured["ms"]
+            self.calls.setdefault(op_id, []).append(measured["calls"])
+
+
+def blocked_median(rounds: dict[int, list[float]], calls: int) -> float:
+    """The Timer's statistic on dlbench's per-call samples: the median of the means of ``calls`` consecutive
+    calls (each round's samples in the order taken; a round shorter than a block is one block)."""
+    means = []
+    for samples in rounds.values():
+        blocks = [samples[i : i + calls] for i in range(0, len(samples) - calls + 1, calls)] or [samples]
+        means.extend(statistics.fmean(b) for b in blocks)
+    return statistics.median(means) if means else math.nan
 
 
 def log_median(values) -> float:
@@ -245,10 +272,12 @@ def compare(operations, sweeps: list[Sweep], timed: list[TimerRounds], separate:
             if k in s.rounds_ms.get(op.id, {})
         ]
         se = [r / 1.96 for r in (first.rel_ci[op.id], second.rel_ci[op.id])]
+        calls = int(statistics.median(c for rounds in timed for c in rounds.calls[op.id]))
+        blocked = math.sqrt(math.prod(blocked_median(s.samples.get(op.id, {}), calls) for s in sweeps))
         records.append({
             "layer": op.name, "sweep_1_ms": a, "sweep_2_ms": b, "spread_after_drift": abs(math.log(a / b) - common),
             "sampling_spread": 0.674 * math.hypot(*se), "timer_ms": timer_ms, "ratio_raw": dlbench_ms / timer_ms,
-            "ratio_paired": log_median(paired) if paired else math.nan,
+            "ratio_paired": log_median(paired) if paired else math.nan, "ratio_blocked": blocked / timer_ms,
             "ratio_separate": dlbench_ms / statistics.median(separate[op.id]) if op.id in separate else math.nan,
             "gflops_per_s": op.flops / (dlbench_ms * 1e6),
         })  # fmt: skip
@@ -307,7 +336,8 @@ def main(argv: list[str] | None = None) -> int:
             sweeps = [sweep(operations, settings, Path(tmp), f"sweep_{k + 1}", timed[k]) for k in range(2)]
         separate = {}
         if not args.no_separate_block:
-            separate = timer.time([op.id for op in operations], args.min_run_time, 10.0)
+            block = timer.time([op.id for op in operations], args.min_run_time, 10.0)
+            separate = {op_id: measured["ms"] for op_id, measured in block.items()}
             print(f"torch.utils.benchmark block after the sweeps done; {load()}", flush=True)
     finally:
         timer.close()
@@ -328,6 +358,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     print("dlbench / torch.utils.benchmark, " + verdict_on(table, "ratio_raw", "raw, timed in the same rounds"))
     print("dlbench / torch.utils.benchmark, " + verdict_on(table, "ratio_paired", "paired by round (drift-corrected)"))
+    print(
+        "dlbench / torch.utils.benchmark, "
+        + verdict_on(table, "ratio_blocked", "dlbench's calls in the Timer's blocks")
+    )
     print("dlbench / torch.utils.benchmark, " + verdict_on(table, "ratio_separate", "separate block after (old)"))
     print(f"after: {load()}; wrote {args.output}")
     return 0
