@@ -14,9 +14,13 @@ cancels and a systematic difference of a few percent shows through a loaded mach
 - ``timer``: the same on ``F.conv2d`` of fresh tensors, as ``bench/repeatability.py`` times it (the reference).
 
 The process runs with the allocator settings and thread count dlbench's kernels get (re-executing itself with
-them). The load average is printed before and after; compare ratios within one run and repeat.
+them). The load average is printed before and after; compare ratios within one run and repeat. On a busy
+machine, ``--cpu-time`` times both sides by this process's CPU time instead of the wall clock (at
+``--threads 1`` a preempted call then costs what it computed, not what it waited; with more threads a
+spinning thread's wait counts as CPU time): a difference in what the kernel does still shows.
 
     python bench/timing_ab.py --layers l3_3x3_s2,l3_3x3,l1_reduce_in --rounds 6 --threads 2
+    python bench/timing_ab.py --rounds 6 --threads 1 --cpu-time     # on a loaded machine
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import os
 import random
 import statistics
 import sys
+import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -41,6 +46,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", type=int, default=4)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--cpu-time", action="store_true", help="time by this process's CPU time")
     args = parser.parse_args(argv)
     wanted = {**allocator_environment(keep_heap=True), "OMP_NUM_THREADS": str(args.threads)}
     if any(os.environ.get(k) != v for k, v in wanted.items()):  # the C library reads GLIBC_TUNABLES at start-up
@@ -49,7 +55,7 @@ def main(argv: list[str] | None = None) -> int:
     from repeatability import conv_callable, load, resnet50_convolutions
     from torch.utils import benchmark
 
-    from dlbench.backends.timing import TimingSettings, time_repeated
+    from dlbench.backends.timing import HostClock, TimingSettings, time_repeated
     from dlbench.backends.torch.kernels import KERNELS
     from dlbench.backends.torch.memory import tensor_bytes
     from dlbench.backends.torch.rotation import cold_footprint, copies_for, rotated
@@ -60,14 +66,21 @@ def main(argv: list[str] | None = None) -> int:
     by_name = {op.name: op for op in resnet50_convolutions(args.batch)}
     layers = [by_name[name] for name in args.layers.split(",")]
 
+    class CpuClock(HostClock):
+        def time_call(self, fn) -> None:
+            start = time.process_time_ns()
+            fn()
+            self._samples.append((time.process_time_ns() - start) / 1e6)
+
     def dlbench(op, settings: TimingSettings, cold: bool = False) -> float:
         release_free_heap()
         copies = copies_for(tensor_bytes("Conv", op.param_dict, 4), cold_footprint("cold" if cold else "hot", cpu))
         fn = rotated(lambda: KERNELS["Conv"](op.param_dict, cpu, f32), copies)
-        return time_repeated(fn, settings).stats.median_ms
+        return time_repeated(fn, settings, clock=CpuClock() if args.cpu_time else None).stats.median_ms
 
     def timer(fn) -> float:
-        t = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=args.threads)
+        clock = {"timer": time.process_time} if args.cpu_time else {}
+        t = benchmark.Timer(stmt="fn()", globals={"fn": fn}, num_threads=args.threads, **clock)
         return t.adaptive_autorange(threshold=0.02, min_run_time=0.2, max_run_time=1.0).median * 1e3
 
     first = TimingSettings(warmup=3, min_reps=10, min_time_s=0.2, target_rel_ci=0.02, max_time_s=1.0)
@@ -79,8 +92,9 @@ def main(argv: list[str] | None = None) -> int:
         "timer_fn": lambda op: timer(KERNELS["Conv"](op.param_dict, cpu, f32)),
         "timer": lambda op: timer(conv_callable(op)),
     }
-    print(f"{len(layers)} convolutions, batch {args.batch}, threads {args.threads}, {args.rounds} rounds; before: "
-          f"{load()}", flush=True)  # fmt: skip
+    clock = "this process's CPU time" if args.cpu_time else "the wall clock"
+    print(f"{len(layers)} convolutions, batch {args.batch}, threads {args.threads}, {args.rounds} rounds, timed by "
+          f"{clock}; before: {load()}", flush=True)  # fmt: skip
     ms: dict[tuple[str, str], list[float]] = {(op.name, v): [] for op in layers for v in variants}
     with torch.no_grad():
         for _ in range(args.rounds):

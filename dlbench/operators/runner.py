@@ -182,9 +182,10 @@ def measure_operations(
 
     def probe_now(share: RunSettings, label: str) -> None:
         # a probe reading needs its median to a percent or two, not the operations' settings: ~0.1 s each; the
-        # first one warms up longer (a worker's first calls of a kernel run slow: set-up, not drift)
+        # first one warms up longer (a worker's first calls of a kernel run slow: set-up, not drift), the later
+        # ones 3 calls (the first two after a kernel's set-up run slow: see rounds.round_share)
         light = replace(
-            share, warmup=10 if label == "round1" else 1, min_reps=min(share.min_reps, 10),
+            share, warmup=10 if label == "round1" else 3, min_reps=min(share.min_reps, 10),
             min_time_s=min(share.min_time_s, 0.05), max_time_s=min(share.max_time_s, 0.1),
         )  # fmt: skip
         for entry, op in probe:
