@@ -8,7 +8,8 @@ cancels and a systematic difference of a few percent shows through a loaded mach
 - ``dlbench``: what the embedded torch kernel does for a row in a sweep's first round: the heap trimmed
   (``release_free_heap``), the row's tensors built by the backend's own ``Conv`` kernel, ``time_repeated``
   with warm-up 3, min_reps 10, min_time 0.2 s, target_rel_ci 0.02, max_time 1 s, per-call median;
-- ``dlbench_round``: a later round's share (warm-up 1, min_reps 3, 0.05-0.25 s);
+- ``dlbench_round``: a round's share at 4 rounds (warm-up 3, min_reps 3, 0.05-0.25 s);
+- ``dlbench_round_w1``: the same with one warm-up call, as the rounds after the first had before;
 - ``dlbench_cold``: ``measure.caches=cold`` (calls rotate over copies filling twice the last-level cache);
 - ``timer_fn``: ``Timer.adaptive_autorange`` (threshold 0.02, 0.2-1 s) on the backend's own callable;
 - ``timer``: the same on ``F.conv2d`` of fresh tensors, as ``bench/repeatability.py`` times it (the reference).
@@ -84,10 +85,12 @@ def main(argv: list[str] | None = None) -> int:
         return t.adaptive_autorange(threshold=0.02, min_run_time=0.2, max_run_time=1.0).median * 1e3
 
     first = TimingSettings(warmup=3, min_reps=10, min_time_s=0.2, target_rel_ci=0.02, max_time_s=1.0)
-    later = TimingSettings(warmup=1, min_reps=3, min_time_s=0.05, target_rel_ci=0.02, max_time_s=0.25)
+    later = TimingSettings(warmup=3, min_reps=3, min_time_s=0.05, target_rel_ci=0.02, max_time_s=0.25)
+    later_w1 = TimingSettings(warmup=1, min_reps=3, min_time_s=0.05, target_rel_ci=0.02, max_time_s=0.25)
     variants = {
         "dlbench": lambda op: dlbench(op, first),
         "dlbench_round": lambda op: dlbench(op, later),
+        "dlbench_round_w1": lambda op: dlbench(op, later_w1),
         "dlbench_cold": lambda op: dlbench(op, first, cold=True),
         "timer_fn": lambda op: timer(KERNELS["Conv"](op.param_dict, cpu, f32)),
         "timer": lambda op: timer(conv_callable(op)),

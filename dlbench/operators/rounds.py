@@ -52,10 +52,11 @@ def round_share(settings: Any, rounds: int, index: int) -> dict[str, object]:
     """What changes in ``settings`` for round ``index`` (0-based) of ``rounds``: the divided settings. Every
     round keeps all its ``warmup`` calls: a round builds the operation anew (tensors, a trimmed heap), and the
     first calls after that run slow however warm the code is. Measured per call after set-up (CPU time, one
-    thread, 16 rounds of all 23 ResNet-50 convolutions in shuffled order): call 2 took 1.7-1.9x call 12 for
-    the 1x1 convolutions (l1_reduce_in, l1_expand), 1.1-1.15x for l2_expand and l4_expand; call 3 was within
-    a few percent; BERT GEMMs: call 2 1.1-1.35x, call 3 up to 1.14x for the small batched ones. With one
-    warm-up call, as the rounds after the first had, each later round's first sample was such a call."""
+    thread, medians of 16 rounds of all 23 ResNet-50 convolutions in shuffled order, load 8-10 on 2 cores):
+    call 2 took 1.7-1.9x call 12 for the 1x1 convolutions l1_reduce_in and l1_expand, 1.1-1.15x for l2_expand
+    and l4_expand, call 3 within a few percent; BERT GEMMs: call 2 1.1-1.35x, call 3 up to 1.14x for the
+    small batched ones. With one warm-up call, as the rounds after the first had, each later round's first
+    sample was such a call."""
     if rounds <= 1:
         return {}
     share: dict[str, object] = {}
