@@ -1,18 +1,34 @@
 """Interleaved measurement: a sweep's operations are measured in rounds, each round giving every operation a
 share of its repetitions in a new shuffled order (google/benchmark's ``--benchmark_enable_random_interleaving``),
-so a slow spell of the machine lands on all operations rather than on the ones that ran in it; the rounds'
-samples are combined into one statistic per operation. A round in which an operation's threads waited for
-cores (:mod:`dlbench.core.contention`) is set aside; an operation with no other round is ``contended``.
-The reference probe of :mod:`dlbench.operators.reference`, timed at every round's start and after the last,
-says how far the machine's speed moved meanwhile.
+so a slow spell of the machine lands on all operations rather than on the ones that ran in it; the rounds' samples
+are combined into one statistic per operation. A round in which an operation's threads waited for cores
+(:mod:`dlbench.core.contention`) is set aside; an operation with no other round is ``contended``. The
+reference probe of :mod:`dlbench.operators.reference`, timed at every round's start and after the last, says
+how far the machine's speed moved meanwhile.
 
-Why 4 rounds by default: the machine's speed here moves by ~10% within a minute, about the length of a
-23-convolution sweep. In one block, an operation's samples sit at one random place in the sweep (spread of
-that place: 0.29 of the sweep, the standard deviation of a uniform position); over R rounds in shuffled
-order, its samples average R such places, 0.29/sqrt(R): 4 rounds halve the drift an operation carries
-relative to another, 16 would be needed to halve it again. Each round costs a warm-up call and the kernel's
-set-up per operation (a few percent of a 0.2 s share) and keeps ceil(min_reps / R) = 3 repetitions of the
-default 10 per round."""
+Why shuffled rounds, and how many. Each round takes 1/R of a sweep of length L; in a new random order per
+round an operation's share sits at a uniform place in it, so under a drift linear over the sweep its mean
+place has a spread of 0.29 L / R^1.5 (0.29: a uniform place's standard deviation, of a round L / R, averaged
+over R rounds): 0.29 L in one block, 0.036 L at 4 rounds, i.e. ~0.4% between operations for a 10% drift per
+sweep. (Reversed pairs of orders cancel a linear drift exactly for a mean, but not for the pooled per-call
+median once R > 2: tried and dropped.) What is left is drift that wanders (the machine's speed moving with a
+correlation time of seconds to minutes, other work in spells): an operation's pooled median averages its R
+places, so its share of the wandering falls about as 1/sqrt(R) while the shares are shorter than it. A
+simulation of that (``bench/rounds_simulation.py``: log-speed wandering by 5% with a correlation time of
+2-120 s, 23 operations over 60 s, per-call medians pooled) gives a per-operation spread within one sweep of
+1.0-2.7% in one block, 0.4-1.5% at 4 rounds, 0.2-1.0% at 8, 0.1-0.7% at 16; two sweeps
+compared carry about sqrt(2) times it.
+
+Why 4 rounds by default: each round costs every operation its warm-up calls and its set-up (tensors, a heap
+trim), the sweep one reference probe reading (two operations of ~0.1 s), and leaves ceil(min_reps / R) timed
+repetitions per round (3 of the default 10 at 4 rounds, 2 at 8). And ``target_rel_ci`` is judged on each
+round's own samples (the executable sees only its round): an operation whose noise needs more samples than a
+round's minimum share spends up to R times what converging once takes (within ``max_time_s``), so more rounds
+at the same target can cost more time, not the same; at the same time the target per round would have to
+loosen by sqrt(R' / R). Part of the spread two
+identical sweeps show after their common drift is the medians' own sampling error, which more repetitions
+reduce and more rounds do not; ``bench/repeatability.py`` prints that part (from the medians' confidence
+intervals) beside the spread, to tell the two apart before changing this default."""
 
 from __future__ import annotations
 
@@ -33,21 +49,29 @@ DIVIDED = ("min_reps", "max_reps", "min_time_s", "max_time_s", "op_budget_s")
 
 
 def round_share(settings: Any, rounds: int, index: int) -> dict[str, object]:
-    """What changes in ``settings`` for round ``index`` (0-based) of ``rounds``: the divided settings, and one
-    warm-up call after the first round (the code and the caches are warm; the new tensors are not)."""
+    """What changes in ``settings`` for round ``index`` (0-based) of ``rounds``: the divided settings. Every
+    round keeps all its ``warmup`` calls: a round builds the operation anew (tensors, a trimmed heap), and the
+    first calls after that run slow however warm the code is. Measured per call after set-up (CPU time, one
+    thread, medians of 16 rounds of all 23 ResNet-50 convolutions in shuffled order, load 8-10 on 2 cores):
+    call 2 took 1.7-1.9x call 12 for the 1x1 convolutions l1_reduce_in and l1_expand, 1.1-1.15x for l2_expand
+    and l4_expand, call 3 within a few percent; BERT GEMMs: call 2 1.1-1.35x, call 3 up to 1.14x for the
+    small batched ones. With one warm-up call, as the rounds after the first had, each later round's first
+    sample was such a call."""
     if rounds <= 1:
         return {}
     share: dict[str, object] = {}
     for key in DIVIDED:
         value = getattr(settings, key)
         share[key] = max(math.ceil(value / rounds), 1) if isinstance(value, int) else value / rounds
-    if index > 0:
-        share["warmup"] = min(settings.warmup, 1)
     return share
 
 
-def shuffled(items: Sequence, rng: random.Random) -> list:
-    return rng.sample(list(items), len(items))
+def round_orders(items: Sequence, rounds: int, rng: random.Random) -> list[list]:
+    """The order of ``items`` in each of ``rounds`` rounds: a new shuffle each round; one round keeps the
+    items' own order."""
+    if rounds <= 1:
+        return [list(items)]
+    return [rng.sample(list(items), len(items)) for _ in range(rounds)]
 
 
 @dataclass(frozen=True)

@@ -26,8 +26,8 @@ from dlbench.operators.rounds import (
     combine_rounds,
     measured_again,
     probe_report,
+    round_orders,
     round_share,
-    shuffled,
     write_combined,
 )
 
@@ -124,6 +124,7 @@ def measure_operations(
     stem: str | None = None,
     on_poll: Callable[[], None] | None = None,
     probe: Sequence[tuple[OperatorBenchmark, Operation]] = (),
+    around_round: Callable[[int, str], None] | None = None,
 ) -> tuple[SweepResult, SweepFiles]:
     """Measure every operation with ``benchmark`` in ``settings.rounds`` interleaved rounds
     (:mod:`dlbench.operators.rounds`); every operation gets a measurement or an error.
@@ -132,7 +133,9 @@ def measure_operations(
     touch (an operation measured in another round keeps that round, with a note), and the run-wide problem
     is reported in ``SweepResult.run_error``. An operation whose threads waited for cores in every round is
     measured once more at the end, and stays ``contended`` if it waits again. ``probe``: reference
-    operations timed at each round's start and after the last (their drift in ``SweepResult.extra``). On
+    operations timed at each round's start and after the last (their drift in ``SweepResult.extra``).
+    ``around_round(index, "before" | "after")``: called right before and after each round's invocation (a
+    comparison timed in the same rounds, as ``bench/repeatability.py`` times torch.utils.benchmark). On
     Ctrl-C or SIGTERM the executable's process group is stopped and what was measured so far is returned
     with ``interrupted=True``; the caller logs it and re-raises.
     """
@@ -150,7 +153,7 @@ def measure_operations(
     if rounds > 1:
         files = replace(files, rounds_csv=workdir / f"{base}_rounds.csv")
     seed = random.SystemRandom().randrange(2**32)
-    rng = random.Random(seed)
+    orders = round_orders(rows, rounds, random.Random(seed))
     deadline = math.inf  # set as the first invocation starts: the interference probe's time is not the program's
     current = [files.output_csv]
     watch = InterferenceWatch(settings.threads, settings.device, lambda: ids_written(current[0]), benchmark.name)
@@ -179,9 +182,10 @@ def measure_operations(
 
     def probe_now(share: RunSettings, label: str) -> None:
         # a probe reading needs its median to a percent or two, not the operations' settings: ~0.1 s each; the
-        # first one warms up longer (a worker's first calls of a kernel run slow: set-up, not drift)
+        # first one warms up longer (a worker's first calls of a kernel run slow: set-up, not drift), the later
+        # ones 3 calls (the first two after a kernel's set-up run slow: see rounds.round_share)
         light = replace(
-            share, warmup=10 if label == "round1" else 1, min_reps=min(share.min_reps, 10),
+            share, warmup=10 if label == "round1" else 3, min_reps=min(share.min_reps, 10),
             min_time_s=min(share.min_time_s, 0.05), max_time_s=min(share.max_time_s, 0.1),
         )  # fmt: skip
         for entry, op in probe:
@@ -209,8 +213,13 @@ def measure_operations(
                 probe_now(share, f"round{index + 1}")
                 this_round = files if rounds == 1 else round_files(workdir, base, index, rounds)
                 current[0] = this_round.output_csv
-                order = shuffled(todo, rng) if rounds > 1 else todo
+                left = {row[0] for row in todo}  # without the operations that failed since
+                order = [row for row in orders[index] if row[0] in left]
+                if around_round is not None:
+                    around_round(index, "before")
                 inv = invoke(benchmark, operations, order, share, this_round)
+                if around_round is not None:
+                    around_round(index, "after")
                 failures.update(inv.failures)
                 for position, (op_id, _) in enumerate(order):
                     if op_id in inv.stats:

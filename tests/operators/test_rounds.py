@@ -7,6 +7,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import random
 import textwrap
 from pathlib import Path
 
@@ -16,7 +17,7 @@ from dlbench.core.contention import available
 from dlbench.core.values import Measurement, Operation, TimeStats
 from dlbench.operators.reference import reference_benchmarks
 from dlbench.operators.registry import OperatorBenchmark, load_registry
-from dlbench.operators.rounds import RoundResult, combine_rounds, measured_again, probe_report
+from dlbench.operators.rounds import RoundResult, combine_rounds, measured_again, probe_report, round_orders
 from dlbench.operators.runner import RunSettings, measure_operations
 
 #: A protocol program: reads its rows, logs what it was told (order, DLBENCH_* shares) to LOG, writes its
@@ -79,7 +80,7 @@ def test_each_round_runs_every_operation_in_a_new_order_with_a_share_of_the_repe
     assert len({tuple(c["order"]) for c in calls}) > 1, "every round is shuffled anew"
     assert [c["DLBENCH_MIN_REPS"] for c in calls] == ["3"] * 4  # ceil(10 / 4)
     assert [float(c["DLBENCH_MIN_TIME_S"]) for c in calls] == [0.05] * 4
-    assert [c["DLBENCH_WARMUP"] for c in calls] == ["3", "1", "1", "1"]
+    assert [c["DLBENCH_WARMUP"] for c in calls] == ["3"] * 4, "every round builds anew and warms up anew"
     for op_id, m in result.measurements.items():
         assert m.status == "ok" and m.stats is not None
         assert m.stats.reps == 12 and m.stats.median_ms == 2 + op_id  # statistics over every round's samples
@@ -89,6 +90,28 @@ def test_each_round_runs_every_operation_in_a_new_order_with_a_share_of_the_repe
     assert len(rows) == 24 and {r["round"] for r in rows} == {"1", "2", "3", "4"}
     combined = [line for line in files.samples_csv.read_text().splitlines()[1:]]
     assert len(combined) == 6 * 12, "the samples the table was computed from"
+
+
+def test_round_orders_shuffle_every_round_and_one_round_keeps_the_order() -> None:
+    rng = random.Random(3)
+    items = list(range(9))
+    orders = round_orders(items, 5, rng)
+    assert len(orders) == 5 and all(sorted(order) == items for order in orders)
+    assert len({tuple(order) for order in orders}) == 5
+    assert round_orders(items, 1, rng) == [items]
+
+
+def test_around_round_is_called_right_before_and_after_each_round(tmp_path: Path) -> None:
+    entry, log = program(tmp_path, "steady", STEADY)
+    seen: list[tuple[int, str, int]] = []  # (round, stage, rounds the program had logged by then)
+
+    def around(index: int, stage: str) -> None:
+        seen.append((index, stage, len(log.read_text().splitlines()) if log.exists() else 0))
+
+    settings = RunSettings(warmup=0, min_reps=2, min_time_s=0.0, threads=1, rounds=3, contended_below=0)
+    measure_operations(entry, relu_ops(3), settings, tmp_path / "work", around_round=around)
+    assert seen == [(0, "before", 0), (0, "after", 1), (1, "before", 1), (1, "after", 2), (2, "before", 2),
+                    (2, "after", 3)]  # fmt: skip
 
 
 def test_a_single_round_runs_the_rows_in_their_order_with_the_whole_share(tmp_path: Path) -> None:
