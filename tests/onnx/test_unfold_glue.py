@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from dlbench.backends.torch import kernels as tk
+from dlbench.core.descriptors import LOSSES, OPTIMIZERS
 from dlbench.core.glue import NON_DIFFERENTIABLE
 from dlbench.core.values import Operation
 from dlbench.onnx.extract import extract_operations
@@ -18,7 +19,7 @@ from dlbench.onnx.step import graph_facts, training_step
 from dlbench.onnx.unfold import FREE, UnfoldError, declared_notes, load_table, unfold_operations
 
 #: op types of the torch backend that are training operations or microbenchmarks, not ONNX operators
-NOT_ONNX = {"SGD", "SoftmaxCrossEntropyLoss", "FrameworkOverhead"}
+NOT_ONNX = {*OPTIMIZERS, *LOSSES, "SoftmaxCrossEntropyLoss", "FrameworkOverhead"}
 
 
 def test_every_op_type_the_torch_backend_serves_forward_has_its_backward_declared():
