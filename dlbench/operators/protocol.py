@@ -5,10 +5,9 @@ path as its last argument and writes ``<input stem>_out.csv`` beside it: an opti
 (unit one of s, ms, us, ns; ms when there is no header or the column is called ``time``), optionally more
 named statistic columns (:data:`OUTPUT_COLUMNS`: ``min, max, mean, std, iqr, p10, p90, ci_low, ci_high`` in
 the same unit, ``reps``, ``converged``; ``cpu_efficiency``, see :data:`EFFICIENCY_COLUMN`; empty when
-unknown), then one ``id, time[, ...]`` row per operation.
-It may also write ``<input stem>_samples.csv`` (``id,<unit>`` then one row per timed repetition); dlbench
-then recomputes every statistic from those samples. Measurement settings reach the program through
-environment variables (see :data:`ENV_VARS`), so the command line stays exactly the original one.
+unknown), then one ``id, time[, ...]`` row per operation. It may also write ``<input stem>_samples.csv``
+(``id,<unit>`` then one row per timed repetition), from which dlbench recomputes every statistic. Settings
+reach the program through environment variables (:data:`ENV_VARS`): the command line stays the original one.
 
 An executable registered with ``node_file: true`` also finds ``<input stem>_nodes.json`` beside the input
 (:mod:`dlbench.operators.node_file`). Other executables never see it.
@@ -79,7 +78,8 @@ def read_input(path: Path) -> list[tuple[int, list[float]]]:
 
 @dataclass(frozen=True)
 class ParsedOutput:
-    """Rows that parsed, by id, and one message per row that did not (naming file and line)."""
+    """Rows that parsed, by id, and one message per row that did not (naming file and line); ``launch_ms``: by
+    id, the host ms of issuing one call, where the row has the ``launch`` column."""
 
     unit: str
     rows: Mapping[int, TimeStats]
@@ -90,7 +90,6 @@ class ParsedOutput:
     samples_path: Path | None = None
     #: by id, where the row has it: CPU time over (wall x threads that took part) while it was timed
     cpu_efficiency: Mapping[int, float] = field(default_factory=dict)
-    #: by id, where the row has it: the host ms of issuing one call (the ``launch`` column)
     launch_ms: Mapping[int, float] = field(default_factory=dict)
 
 
@@ -306,8 +305,7 @@ def parse_output(
         cpu = values.get(EFFICIENCY_COLUMN)
         if cpu is not None and math.isfinite(cpu) and cpu > 0:
             efficiency[op_id] = cpu
-        issuing = values.get(LAUNCH_COLUMN)
-        if issuing is not None and math.isfinite(issuing) and issuing >= 0:
+        if (issuing := values.get(LAUNCH_COLUMN)) is not None and math.isfinite(issuing) and issuing >= 0:
             launch[op_id] = issuing * factor
     samples_path = _samples_beside_output(path)
     samples: dict[int, list[float]] = {}
