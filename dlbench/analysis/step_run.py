@@ -94,9 +94,9 @@ def profiled_losses(profile: pd.DataFrame) -> tuple[LossRun, ...]:
         for row in profile[profile["name"] == name].itertuples(index=False):
             calls = int(round(float(row.calls)))
             shapes = _shapes(row.input_shapes)
-            if name == "aten::nll_loss_nd":  # the nll_loss inside cross_entropy_loss is that loss's
-                calls -= int(round(float(cross_entropy.loc[cross_entropy["input_shapes"] == row.input_shapes,
-                                                           "calls"].sum())))  # fmt: skip
+            if name == "aten::nll_loss_nd":  # the nll_loss inside cross_entropy_loss (same input) is that loss's
+                calls -= sum(int(round(float(ce.calls))) for ce in cross_entropy.itertuples(index=False)
+                             if _shapes(ce.input_shapes)[:1] == shapes[:1])  # fmt: skip
             if calls <= 0 or not shapes or not isinstance(shapes[0], list) or not shapes[0]:
                 continue
             shape = [int(d) for d in shapes[0]]

@@ -59,3 +59,22 @@ def test_the_step_zero_grad_and_clipping_are_one_row_each_and_their_operators_ar
     ran = step_run(json.loads((profile_dir / "run_facts.json").read_text()), profile, folded)
     assert ran.zero_grad == {"foreach": False}  # set_to_none=False: aten::zero_ inside zero_grad
     assert [(loss.op_type, dict(loss.params)) for loss in ran.losses] == [("MSELoss", {"N": 1, "C": 1, "H": 5, "W": 3})]
+
+
+def test_cross_entropy_is_one_loss_and_its_own_nll_loss_is_not_a_second_one(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    model = torch.nn.Linear(6, 4)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    session = ProfileSession(ProfileSettings(warmup=1, batches=2, out_dir=tmp_path))
+    inputs, targets = torch.randn(5, 6), torch.randint(0, 4, (5,))
+    for batch_idx in range(4):
+        with session.batch(batch_idx):
+            optimizer.zero_grad()
+            torch.nn.functional.cross_entropy(model(inputs), targets).backward()
+            optimizer.step()
+    session.finish()
+    profile, folded = read_step_profile(tmp_path)
+    assert "aten::nll_loss_nd" in set(profile["name"])  # cross entropy runs it inside
+    ran = step_run(json.loads((tmp_path / "run_facts.json").read_text()), profile, folded)
+    assert ran.losses is not None
+    assert [(loss.op_type, loss.params) for loss in ran.losses] == [("SoftmaxCrossEntropyLoss", {"N": 5, "C": 4})]
