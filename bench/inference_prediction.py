@@ -16,30 +16,22 @@ machine: the load average before and after each evaluation is printed.
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-import onnx
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "onnx"))
 
-ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-ZOO_MODELS = ("bvlc_alexnet", "densenet121", "inception_v1", "inception_v2", "resnet50", "shufflenet",
-              "squeezenet", "vgg19", "zfnet512")  # fmt: skip
+from bench._common import load_average  # noqa: E402
+from bench.zoo_coverage import ZOO, ZOO_MODELS  # noqa: E402  (the nine model-zoo CNNs the onnx package ships)
+
 HF_MODELS = ("bert", "gpt2", "t5_encoder", "distilbert", "vit")
 ENGINES = ("onnxruntime", "torch")
 TARGET_MEAN_PCT, TARGET_MAX_PCT = 10.0, 20.0
-
-
-def load_average() -> str:
-    one, five, fifteen = os.getloadavg()
-    return f"{one:.2f} {five:.2f} {fifteen:.2f} (1, 5, 15 min; {os.cpu_count()} logical cores)"
 
 
 def model_files(names: list[str], folder: Path) -> list[tuple[str, Path, bool]]:
