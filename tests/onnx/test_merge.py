@@ -63,9 +63,10 @@ def test_the_onnxruntime_backend_is_given_each_merged_concats_own_node(inception
     concats = [op for op in merged if op.op_type == "Concat"]
     entry = load_registry().operator("onnxruntime")
     result, files = measure_operations(entry, concats, QUICK, tmp_path)
-    assert {op.id: result.measurements[op.id].status for op in concats} == dict.fromkeys(
-        [op.id for op in concats], "ok"
-    )
+    # measured, each one: on a loaded machine a node's threads may wait for cores (``contended``), which
+    # says how trustworthy its time is, not whether the backend was given the right node
+    statuses = {op.id: result.measurements[op.id].status for op in concats}
+    assert set(statuses.values()) <= {"ok", "contended"}, statuses
     given = json.loads(nodes_path_for(files.input_csv).read_text())["operations"]
     for op in concats:
         node = given[str(op.id)]["node"]
