@@ -47,7 +47,7 @@ def export(model: nn.Module, path: Path, width: int = 8) -> Path:
 def test_each_exported_gelu_becomes_one_gelu_operation_when_pytorchs_gelu_ran(tmp_path: Path):
     path = export(Block(), tmp_path / "block.onnx")
     patterns = exported_gelus(path)
-    assert len(patterns) == 2 and all(len(p) == 5 for p in patterns)
+    assert len(patterns) == 2 and all(len(p.nodes) == 5 and p.approximate == 0 for p in patterns)
     forward = deduplicate(extract_operations(path, 4).operations())
     fused, notes = fuse_exported_gelus(forward, path, {GELU_OPERATOR, "aten::addmm"})
     types = [op.op_type for op in fused]
@@ -77,3 +77,34 @@ def test_without_pytorchs_gelu_in_the_profile_the_five_operations_stay(tmp_path:
 def test_graphs_of_another_shape_have_no_gelu_pattern(tmp_path: Path, model: nn.Module):
     # the hand-written GELU is exported as Div, Erf, Add, then Mul by 0.5 before the Mul by x: not PyTorch's
     assert exported_gelus(export(model, tmp_path / "m.onnx")) == []
+
+
+class TanhBlock(nn.Module):
+    """GELU's tanh form, as GPT-2-style scripts call it, beside a plain Tanh that is no GELU's."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(8, 16), nn.Linear(16, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.down(nn.functional.gelu(self.up(x), approximate="tanh")))
+
+
+def test_the_tanh_form_of_gelu_becomes_one_gelu_operation_with_its_approximation(tmp_path: Path):
+    path = export(TanhBlock(), tmp_path / "tanh.onnx")
+    (pattern,) = exported_gelus(path)
+    assert len(pattern.nodes) == 9 and pattern.approximate == 1
+    forward = deduplicate(extract_operations(path, 4).operations())
+    fused, notes = fuse_exported_gelus(forward, path, {GELU_OPERATOR})
+    assert "Mul" not in [op.op_type for op in fused] and "Add" not in [op.op_type for op in fused]
+    (tanh,) = [op for op in fused if op.op_type == "Tanh"]  # the network's own Tanh stays
+    assert tanh.param_dict["W"] == 8 and tanh.count == 1
+    (gelu,) = [op for op in fused if op.op_type == "Gelu"]
+    assert gelu.param_dict["W"] == 16 and gelu.param_dict["approximate"] == 1 and "tanh-form" in notes[0]
+    # forward and backward as PyTorch computes the tanh form
+    unfolded = unfold_operations(fused, load_table())
+    (backward,) = [op for op in unfolded.operations if op.op_type == "Gelu" and unfolded.pass_of(op.id) == "backward"]
+    timed = tk.KERNELS["Gelu"](backward.param_dict, torch.device("cpu"), torch.float32)
+    x = timed.inputs[0].detach().requires_grad_()
+    (expected,) = torch.autograd.grad(nn.functional.gelu(x, approximate="tanh"), [x], timed.grad_outputs)
+    torch.testing.assert_close(timed(), expected, rtol=1e-4, atol=1e-5)

@@ -1,5 +1,7 @@
 """Pointwise functions (Sqrt, Erf, Gelu, Tanh, Sigmoid, Exp, Log, Neg, Clip) and Cast, forward and backward.
-Tanh, Sigmoid and Gelu time their aten backward operators; the others the gradient formula autograd runs."""
+Tanh, Sigmoid, Gelu and Clip time their aten backward operators; the others the gradient formula autograd runs.
+Clip's is ``hardtanh_backward``, the one kernel ``nn.ReLU6`` and ``nn.Hardtanh`` (the networks' clips) run;
+``torch.clamp`` with autograd runs a where of two comparisons instead, which this under-counts."""
 
 from __future__ import annotations
 
@@ -24,6 +26,8 @@ FUNCTIONS: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], bool]] = {
 }
 #: aten backward operators of the output: grad_input = op(grad, y)
 OUTPUT_BACKWARDS = {"Tanh": aten.tanh_backward, "Sigmoid": aten.sigmoid_backward}
+#: aten backward operators of the input: grad_input = op(grad, x)
+INPUT_BACKWARDS = {"Clip": lambda grad, x: aten.hardtanh_backward(grad, x, -1.0, 1.0)}
 
 
 def input_tensor(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype, positive: bool) -> torch.Tensor:
@@ -43,6 +47,9 @@ def pointwise_kernel(op_type: str) -> Kernel:
         if op_type in OUTPUT_BACKWARDS:
             backward, y, grad = OUTPUT_BACKWARDS[op_type], function(x), torch.randn_like(x)
             return Pass(lambda: backward(grad, y), (x,), (grad,))
+        if op_type in INPUT_BACKWARDS:
+            backward, grad = INPUT_BACKWARDS[op_type], torch.randn_like(x)
+            return Pass(lambda: backward(grad, x), (x,), (grad,))
         return autograd_pass(function, [x], [0])
 
     return kernel_fn
