@@ -106,14 +106,37 @@ def inference_metrics(
     return metrics
 
 
+def engine_problems(
+    table: pd.DataFrame, benchmark_errors: Mapping[str, str], end_to_end_errors: Mapping[str, str]
+) -> dict[str, str]:
+    """Per engine that cannot be predicted or measured, why: its operator benchmarks failed as a whole,
+    operations without a time there (how many, of which op types, the first reason), or no end-to-end
+    measurement. An engine missing here was predicted completely and measured."""
+    problems: dict[str, list[str]] = {}
+    for engine in ENGINE_BACKENDS:
+        if engine in benchmark_errors:
+            problems.setdefault(engine, []).append(f"operator benchmarks failed: {benchmark_errors[engine]}")
+        elif f"{engine}_term_ms" in table and not table.empty:
+            missing = table[table[f"{engine}_term_ms"].isna()]
+            if len(missing):
+                types = ", ".join(sorted(set(missing["op_type"].astype(str))))
+                first = str(missing.iloc[0][f"{engine}_note"]) or str(missing.iloc[0][f"{engine}_status"])
+                problems.setdefault(engine, []).append(
+                    f"{len(missing)} operations without a benchmark time ({types}; first: {first[:120]})"
+                )
+        if engine in end_to_end_errors:
+            problems.setdefault(engine, []).append(f"not measured end to end: {end_to_end_errors[engine]}")
+    return {engine: "; ".join(reasons)[:500] for engine, reasons in problems.items()}
+
+
 def summary_frame(
     table: pd.DataFrame,
     end_to_end: Mapping[str, TimeStats],
-    errors: Mapping[str, str],
+    problems: Mapping[str, str],
     overheads: Mapping[str, Mapping[str, float]],
 ) -> pd.DataFrame:
     """One row per engine: predicted, measured, error, operations without a time, the largest terms, the
-    overhead terms, and why an engine was not measured end to end."""
+    overhead terms, and why an engine cannot be predicted or measured (:func:`engine_problems`)."""
     rows = []
     for engine in ENGINE_BACKENDS:
         if f"{engine}_term_ms" not in table:
@@ -130,7 +153,7 @@ def summary_frame(
             "operations_missing": int(s["operations_missing"]),
             "largest_terms": ", ".join(f"{t} {v:.3g}" for t, v in top),
             "overheads": ", ".join(f"{t} {v:+.3g}" for t, v in extra.items()),
-            "not_measured": errors.get(engine, ""),
+            "unable": problems.get(engine, ""),
         })  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -146,7 +169,7 @@ def print_inference(model: str, batch_size: int, threads: int, summary: pd.DataF
         error = "NA" if pd.isna(row.error_pct) else f"{row.error_pct:+.1f}%"
         print(f"{row.engine:12s} {predicted:>13s} {measured:>12s} {error:>8s} {row.operations_missing:8d}  "
               f"{row.largest_terms}{'; ' if row.overheads else ''}{row.overheads}")  # fmt: skip
-        if row.not_measured:
-            print(f"  {row.engine} not measured end to end: {row.not_measured}")
+        if row.unable:
+            print(f"  {row.engine} cannot be evaluated fully: {row.unable}")
     if not summary["complete"].all():
         print("* partial: some operations have no time with that engine (see inference_operations.csv); no error")

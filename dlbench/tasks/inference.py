@@ -14,6 +14,7 @@ from dataclasses import asdict
 
 from dlbench.analysis.inference import (
     ENGINE_BACKENDS,
+    engine_problems,
     inference_metrics,
     inference_table,
     overhead_terms,
@@ -24,7 +25,7 @@ from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.device import resolve_device
 from dlbench.core.errors import ConfigurationError, TaskFailed
-from dlbench.core.values import Measurement
+from dlbench.core.values import Measurement, Operation
 from dlbench.onnx.errors import ExtractionError, ModelSettingError
 from dlbench.onnx.extract import extract_operations
 from dlbench.onnx.opdb import deduplicate
@@ -33,8 +34,9 @@ from dlbench.onnx.report import model_paths
 from dlbench.operators.end_to_end import measure_end_to_end
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import plan_benchmarks
-from dlbench.operators.registry import load_registry
-from dlbench.operators.runner import run_settings
+from dlbench.operators.registry import Registry, load_registry
+from dlbench.operators.runner import RunSettings, run_settings
+from dlbench.tracking.run import TrackedRun
 from dlbench.tracking.runs import job_run_name, open_run
 
 log = logging.getLogger(__name__)
@@ -74,31 +76,29 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     with open_run(cfg, ctx, kind="inference", benchmark=extraction.model_name, name=name, params=params) as run:
         measured: dict[str, dict[int, Measurement]] = {}
         implementations: dict[str, dict[int, str]] = {}
+        benchmark_errors: dict[str, str] = {}
         for engine, backend in ENGINE_BACKENDS.items():
-            measured[engine], implementations[engine] = {}, {}
-            plan = plan_benchmarks(registry, operations, backend, device)
-            for entry, ops in plan.assignments:
-                log.info("measuring %d operations with %s for the %s prediction", len(ops), entry.name, engine)
-                result, files = measure_with_progress(
-                    entry, ops, settings, ctx.output_dir / "protocol", f"{entry.name}_inference", cfg.quiet
+            try:
+                measured[engine], implementations[engine] = _measure_engine(
+                    engine, backend, registry, operations, settings, device, run, ctx, cfg.quiet
                 )
-                for path_ in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
-                    if path_ is not None and path_.exists():
-                        run.log_artifact(path_, "protocol")
-                if result.interrupted:
-                    raise KeyboardInterrupt(f"{entry.name} was interrupted")
-                for op in ops:
-                    measured[engine][op.id] = result.measurements[op.id]
-                    implementations[engine][op.id] = entry.name
+            except (TaskFailed, OSError) as err:  # this engine's benchmarks failed; the others go on
+                log.error("the %s prediction's operator benchmarks failed: %s", engine, err)
+                measured[engine], implementations[engine], benchmark_errors[engine] = {}, {}, str(err)
+            # each engine's operators logged as soon as they are measured: a later failure loses none of them
+            part = inference_table(operations, {engine: measured[engine]}, {engine: implementations[engine]})
+            run.log_metrics({f"engine/{engine}/operators_ms": float(part[f"{engine}_term_ms"].sum(skipna=True))})
         log.info("timing %s end to end on %s", extraction.model_name, ", ".join(ENGINE_BACKENDS))
         end_to_end = measure_end_to_end(fixed_path, list(ENGINE_BACKENDS), settings, workdir)
         for file in end_to_end.files:
             run.log_artifact(file, "end_to_end")
         table = inference_table(operations, measured, implementations)
         overheads = overhead_terms(table, end_to_end.facts)
-        summary = summary_frame(table, end_to_end.stats, end_to_end.errors, overheads)
+        problems = engine_problems(table, benchmark_errors, end_to_end.errors)
+        summary = summary_frame(table, end_to_end.stats, problems, overheads)
         run.log_table(table, "inference_operations.csv")
         run.log_table(summary, "inference_summary.csv")
+        _log_problems(run, problems)
         agreement = end_to_end.facts.get("max_relative_difference", {})
         run.log_metrics({
             **inference_metrics(table, end_to_end.stats, overheads),
@@ -110,8 +110,53 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             if value > 1e-3:
                 log.warning("the engines' outputs differ (%s: %.3g of the largest output)", key, value)
         print(f"MLflow run {run.run_id} ({run.target.uri}, experiment {run.target.experiment})")
-    if end_to_end.errors:
-        raise TaskFailed(
-            "; ".join(f"{engine} could not be measured end to end: {why}" for engine, why in end_to_end.errors.items())
-        )
+    if not summary["error_pct"].notna().any():
+        reasons = "; ".join(f"{engine}: {why}" for engine, why in problems.items())
+        raise TaskFailed(f"no engine was both predicted and measured: {reasons}")
     return 0
+
+
+def _measure_engine(
+    engine: str,
+    backend: str,
+    registry: Registry,
+    operations: list[Operation],
+    settings: RunSettings,
+    device: str,
+    run: TrackedRun,
+    ctx: AppContext,
+    quiet: bool,
+) -> tuple[dict[int, Measurement], dict[int, str]]:
+    """The operator benchmarks of one engine's prediction: measurement and benchmark name per operation."""
+    measured: dict[int, Measurement] = {}
+    implementations: dict[int, str] = {}
+    plan = plan_benchmarks(registry, operations, backend, device)
+    for entry, ops in plan.assignments:
+        log.info("measuring %d operations with %s for the %s prediction", len(ops), entry.name, engine)
+        result, files = measure_with_progress(
+            entry, ops, settings, ctx.output_dir / "protocol", f"{entry.name}_inference", quiet
+        )
+        for path_ in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
+            if path_ is not None and path_.exists():
+                run.log_artifact(path_, "protocol")
+        if result.interrupted:
+            raise KeyboardInterrupt(f"{entry.name} was interrupted")
+        for op in ops:
+            measured[op.id] = result.measurements[op.id]
+            implementations[op.id] = entry.name
+    return measured, implementations
+
+
+def _log_problems(run: TrackedRun, problems: dict[str, str]) -> None:
+    """An engine that cannot be predicted or measured, named with its reason: a tag per engine
+    (``dlbench.engine.<engine>.unable``), the list in ``dlbench.engines_unable`` and the run's description."""
+    if not problems:
+        return
+    lines = [f"- {engine}: {why}" for engine, why in problems.items()]
+    run.set_tags({
+        **{f"dlbench.engine.{engine}.unable": why for engine, why in problems.items()},
+        "dlbench.engines_unable": ",".join(problems),
+        "mlflow.note.content": "Engines not fully evaluated (the others' figures stand):\n" + "\n".join(lines),
+    })  # fmt: skip
+    for engine, why in problems.items():
+        log.warning("%s cannot be evaluated fully: %s", engine, why)
