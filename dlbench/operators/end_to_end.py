@@ -67,3 +67,31 @@ def _run_engines(model: Path, engines: list[str], settings: RunSettings, workdir
     stats = {e: TimeStats.from_samples(v, settings.target_rel_ci) for e, v in samples.items() if v}
     errors = {e: str(facts.get("engines", {}).get(e, {}).get("error", "no samples")) for e in engines if e not in stats}
     return EndToEnd(stats, errors, facts, files)
+
+
+@dataclass(frozen=True)
+class SessionNodes:
+    """The nodes an onnxruntime session of the model executes, each timed alone (one row per distinct
+    node: ``node, domain, op_type, count, input_shapes, median_ms, rel_ci, samples, error``), or why not."""
+
+    rows: list[dict[str, str]]
+    error: str = ""
+    files: tuple[Path, ...] = ()
+
+
+def measure_session_nodes(model: Path, settings: RunSettings, workdir: Path) -> SessionNodes:
+    """The optimized graph of ``model``'s onnxruntime session, node by node
+    (:mod:`dlbench.backends.onnxruntime.optimized`), with the operator benchmarks' settings."""
+    workdir.mkdir(parents=True, exist_ok=True)
+    nodes_path = workdir / f"{model.stem}_onnxruntime_session_nodes.csv"
+    stderr_path = workdir / f"{model.stem}_onnxruntime_session_nodes_stderr.txt"
+    nodes_path.unlink(missing_ok=True)
+    command = [sys.executable, "-m", "dlbench.backends.onnxruntime.optimized", str(model), str(nodes_path)]
+    result = run_command(command, timeout=settings.timeout_s, env=settings.environment(), stderr_path=stderr_path)
+    files = tuple(p for p in (nodes_path, stderr_path) if p.exists())
+    if result.timed_out or result.returncode != 0 or not nodes_path.exists():
+        failure = result.describe_failure() or "wrote no nodes"
+        return SessionNodes([], f"the session's nodes could not be timed: {failure}: {meaningful_tail(result.stderr)}",
+                            files)  # fmt: skip
+    with nodes_path.open(encoding="utf-8") as handle:
+        return SessionNodes(list(csv.DictReader(handle)), "", files)

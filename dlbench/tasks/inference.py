@@ -11,6 +11,9 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import asdict
+from pathlib import Path
+
+import pandas as pd
 
 from dlbench.analysis.inference import (
     ENGINE_BACKENDS,
@@ -19,7 +22,9 @@ from dlbench.analysis.inference import (
     inference_table,
     overhead_terms,
     print_inference,
+    session_prediction,
     summary_frame,
+    with_session_prediction,
 )
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
@@ -31,7 +36,7 @@ from dlbench.onnx.extract import extract_operations
 from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.rebatch import rebatched_model
 from dlbench.onnx.report import model_paths
-from dlbench.operators.end_to_end import measure_end_to_end
+from dlbench.operators.end_to_end import EndToEnd, measure_end_to_end, measure_session_nodes
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import plan_benchmarks
 from dlbench.operators.registry import Registry, load_registry
@@ -96,13 +101,15 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         overheads = overhead_terms(table, end_to_end.facts)
         problems = engine_problems(table, benchmark_errors, end_to_end.errors)
         summary = summary_frame(table, end_to_end.stats, problems, overheads)
+        metrics = inference_metrics(table, end_to_end.stats, overheads)
+        if "onnxruntime" not in end_to_end.errors:
+            metrics, summary = _as_the_session_runs(run, fixed_path, settings, workdir, end_to_end, metrics, summary)
         run.log_table(table, "inference_operations.csv")
         run.log_table(summary, "inference_summary.csv")
         _log_problems(run, problems)
         agreement = end_to_end.facts.get("max_relative_difference", {})
         run.log_metrics({
-            **inference_metrics(table, end_to_end.stats, overheads),
-            **{f"outputs_{k}": float(v) for k, v in agreement.items()},
+            **metrics, **{f"outputs_{k}": float(v) for k, v in agreement.items()},
             "load_average_start": load_start, "load_average_end": os.getloadavg()[0],
         })  # fmt: skip
         print_inference(extraction.model_name, cfg.batch_size, settings.threads, summary)
@@ -145,6 +152,29 @@ def _measure_engine(
             measured[op.id] = result.measurements[op.id]
             implementations[op.id] = entry.name
     return measured, implementations
+
+
+def _as_the_session_runs(
+    run: TrackedRun,
+    model: Path,
+    settings: RunSettings,
+    workdir: Path,
+    end_to_end: EndToEnd,
+    metrics: dict[str, float],
+    summary: pd.DataFrame,
+) -> tuple[dict[str, float], pd.DataFrame]:
+    """onnxruntime predicted from the nodes its session executes (the optimized graph), the original-node
+    prediction kept as ``engine/onnxruntime/original_nodes/...``; unchanged when the nodes cannot be timed."""
+    log.info("timing the nodes of %s's optimized onnxruntime graph", model.name)
+    nodes = measure_session_nodes(model, settings, workdir)
+    for file in nodes.files:
+        run.log_artifact(file, "end_to_end")
+    if nodes.error:
+        log.warning("onnxruntime is predicted from the original nodes only: %s", nodes.error)
+        run.set_tags({"dlbench.engine.onnxruntime.session_nodes": nodes.error[:500]})
+        return metrics, summary
+    session = session_prediction(nodes.rows, end_to_end.facts, end_to_end.stats.get("onnxruntime"))
+    return with_session_prediction(metrics, summary, session)
 
 
 def _log_problems(run: TrackedRun, problems: dict[str, str]) -> None:

@@ -90,17 +90,27 @@ def test_a_zoo_model_is_predicted_and_measured_per_engine(tmp_path: Path, store:
     assert len(table) == int(params["operations"])
     for engine in ENGINES:
         prefix = f"engine/{engine}/"
-        assert metrics[prefix + "operations_missing"] == 0
+        # the operators' prediction is their terms plus the overheads measured apart, nothing fitted; for
+        # onnxruntime it is the second figure, beside the nodes its session runs
+        operators = prefix + ("original_nodes/" if engine == "onnxruntime" else "")
+        assert metrics[operators + "operations_missing"] == 0
         terms = sum(float(row[f"{engine}_term_ms"]) for row in table)
         overheads = sum(v for k, v in metrics.items() if k.startswith(prefix + "overhead/"))
-        # the prediction is the operators' terms plus the overheads measured apart, nothing fitted
-        assert metrics[prefix + "predicted_ms"] == pytest.approx(terms + overheads, rel=1e-3)
+        assert metrics[operators + "predicted_ms"] == pytest.approx(terms + overheads, rel=1e-3)
         assert metrics[prefix + "measured_ms"] > 0
         expected = (
             100 * (metrics[prefix + "predicted_ms"] - metrics[prefix + "measured_ms"]) / metrics[prefix + "measured_ms"]
         )
         assert metrics[prefix + "error_pct"] == pytest.approx(expected, rel=1e-2, abs=1e-2)
         assert f"{engine} " in result.stdout and "%" in result.stdout
+    nodes = list(csv.DictReader(io.StringIO(artifact_text(
+        store, run.info.run_id, "end_to_end/light_squeezenet_b1_onnxruntime_session_nodes.csv"))))  # fmt: skip
+    assert not any(row["op_type"] == "BatchNormalization" for row in nodes)
+    session_terms = sum(float(row["median_ms"]) * int(row["count"]) for row in nodes)
+    session_overhead = metrics["engine/onnxruntime/session/overhead/session_runs_ms"]
+    assert metrics["engine/onnxruntime/predicted_ms"] == pytest.approx(session_terms + session_overhead, rel=1e-3)
+    assert metrics["engine/onnxruntime/nodes"] == sum(int(row["count"]) for row in nodes)
+    assert "from its original nodes" in result.stdout
     pools = [row for row in table if row["op_type"] == "MaxPool"]
     assert pools and all(row["torch_benchmark"] == "torch_maxpool" for row in pools)
     assert all(row["params"].endswith("mode=2") for row in pools)  # inference pooling: no max positions kept
