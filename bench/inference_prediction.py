@@ -6,6 +6,7 @@ largest |error| and the share of models within +-10%, with the load average and 
     python bench/inference_prediction.py                           # everything, threads=1
     python bench/inference_prediction.py --models squeezenet --batch-sizes 1 --threads 0
     python bench/inference_prediction.py --models bert vit --seq 64 measure.min_time_s=0.5
+    python bench/inference_prediction.py --models --scripts resnet_cifar transformer_lm mlp   # served scripts
 
 The engines: onnxruntime predicted from the nodes its session runs (the optimized graph), with its
 prediction from the model's original nodes as a second line (`onnxruntime (original nodes)`); torch (a real
@@ -32,6 +33,8 @@ from bench._common import load_average  # noqa: E402
 from bench.zoo_coverage import ZOO, ZOO_MODELS  # noqa: E402  (the nine model-zoo CNNs the onnx package ships)
 
 HF_MODELS = ("bert", "gpt2", "t5_encoder", "distilbert", "vit")
+#: registered training benchmarks served in eval mode (task=evaluate evaluate.mode=inference)
+SCRIPTS = ("resnet_cifar", "transformer_lm", "mlp")
 #: reported figure -> the run's metric prefix
 ENGINES = {"onnxruntime": "engine/onnxruntime/", "onnxruntime (original nodes)": "engine/onnxruntime/original_nodes/",
            "torch": "engine/torch/"}  # fmt: skip
@@ -52,10 +55,12 @@ def model_files(names: list[str], folder: Path) -> list[tuple[str, Path, bool]]:
     return found
 
 
-def evaluate(name: str, path: Path, seq: bool, batch_size: int, args: argparse.Namespace, uri: str) -> str:
+def evaluate(name: str, path: Path | None, seq: bool, batch_size: int, args: argparse.Namespace, uri: str) -> str:
+    """One evaluation: a model file, or (``path`` None) the training benchmark ``name`` served."""
     run_name = f"bench-{name}-bs{batch_size}-{int(time.time())}"
+    source = [f"model={path}"] if path is not None else [f"+benchmark={name}", "evaluate.mode=inference"]
     command = [
-        sys.executable, "-m", "dlbench", "task=evaluate", f"model={path}", f"batch_size={batch_size}",
+        sys.executable, "-m", "dlbench", "task=evaluate", *source, f"batch_size={batch_size}",
         f"threads={args.threads}", f"mlflow.tracking_uri={uri}", f"mlflow.experiment={args.experiment}",
         f"mlflow.run_name={run_name}", "quiet=true", *([f"dims.seq={args.seq}"] if seq else []), *args.overrides,
     ]  # fmt: skip
@@ -106,8 +111,16 @@ def summarise(table) -> bool:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=[*ZOO_MODELS, *HF_MODELS], choices=[*ZOO_MODELS, *HF_MODELS])
+    parser.add_argument("--models", nargs="*", default=[*ZOO_MODELS, *HF_MODELS], choices=[*ZOO_MODELS, *HF_MODELS])
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8])
+    parser.add_argument(
+        "--scripts",
+        nargs="*",
+        default=[],
+        choices=SCRIPTS,
+        help="training benchmarks served in eval mode (the issue's set: resnet_cifar transformer_lm mlp)",
+    )
+    parser.add_argument("--script-batch-sizes", nargs="+", type=int, default=[1, 16, 64])
     parser.add_argument("--seq", type=int, default=128, help="dims.seq of the text transformers")
     parser.add_argument("--threads", type=int, default=1, help="threads of both engines and the benchmarks (0: all)")
     parser.add_argument("--store", default=str(ROOT / ".dlbench" / "bench" / "inference_prediction.db"))
@@ -131,6 +144,13 @@ def main() -> int:
                 start = time.perf_counter()
                 run_name = evaluate(name, path, seq, batch_size, args, uri)
                 names.append((name, batch_size, run_name))
+                print(
+                    f"  {name} bs{batch_size}: {time.perf_counter() - start:.0f} s, load {load_average()}", flush=True
+                )
+        for name in args.scripts:
+            for batch_size in args.script_batch_sizes:
+                start = time.perf_counter()
+                names.append((name, batch_size, evaluate(name, None, False, batch_size, args, uri)))
                 print(
                     f"  {name} bs{batch_size}: {time.perf_counter() - start:.0f} s, load {load_average()}", flush=True
                 )

@@ -116,9 +116,18 @@ class EvaluateConfig:
     #: a data-parallel step: also train the script as one process (same batch per rank) for the measured scaling
     #: efficiency
     single_process: bool = True
+    #: ``training``: a training step predicted and measured; ``inference``: the script's real network served
+    #: (eval mode, ``torch.inference_mode``) and predicted from its eval-mode export's operator benchmarks
+    mode: str = "training"
+    #: inference: the served network ``torch.compile``d
+    compile: bool = False
 
     def __post_init__(self) -> None:
         check_cache_state("evaluate.caches", self.caches)
+        if self.mode not in ("training", "inference"):
+            raise ValueError(f"evaluate.mode={self.mode!r}: use training or inference")
+        if self.compile and self.mode != "inference":
+            raise ValueError("evaluate.compile=true serves the network compiled: it needs evaluate.mode=inference")
         if self.communication_overlap not in ("auto", "backward", "none"):
             raise ValueError(
                 f"evaluate.communication_overlap={self.communication_overlap!r}: use auto, backward or none"

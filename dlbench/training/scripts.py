@@ -62,17 +62,24 @@ class TrainingRun:
 
 
 def run_training(
-    cfg: DlbenchConfig, entry: TrainingBenchmark, arguments: list[str], workdir: Path, export: bool = False
+    cfg: DlbenchConfig,
+    entry: TrainingBenchmark,
+    arguments: list[str],
+    workdir: Path,
+    export: bool = False,
+    extra_env: dict[str, str] | None = None,
 ) -> TrainingRun:
     """The instrumented training with its profile window. ``export``: the context manager also exports the
-    network it is handed to ONNX (``DLBENCH_EXPORT_ONNX``), so the model is exactly the one trained."""
+    network it is handed to ONNX (``DLBENCH_EXPORT_ONNX``), so the model is exactly the one trained;
+    ``extra_env``: more variables for the script (what else dlbench asks of it)."""
     profile_dir = workdir / "profile"
     shutil.rmtree(profile_dir, ignore_errors=True)
     profile_dir.mkdir(parents=True)
     model_path = workdir / f"{entry.name}.onnx"
     model_path.unlink(missing_ok=True)
     # the instrumentation must not publish: this task logs one run itself
-    env = script_environment(cfg, profile_dir, {"MLFLOW_RUN_ID": "", ENV_EXPORT: str(model_path) if export else ""})
+    extra = {"MLFLOW_RUN_ID": "", ENV_EXPORT: str(model_path) if export else "", **(extra_env or {})}
+    env = script_environment(cfg, profile_dir, extra)
     result = run_command(
         [*entry.command, *arguments], timeout=cfg.timeout, env=env, cwd=workdir, stderr_path=workdir / "stderr.txt"
     )

@@ -58,6 +58,9 @@ def open_sequence_model(path: Path) -> Path:
         (("model=nowhere/model.onnx",), "nowhere/model.onnx: no such ONNX file"),
         ((f"model=[{ZOO / 'light_squeezenet.onnx'},{ZOO / 'light_resnet50.onnx'}]",), "one model at a time"),
         ((f"model={ZOO / 'light_squeezenet.onnx'}", "measure.caches=cold"), "measure.caches=hot"),
+        (("+benchmark=mlp", "evaluate.compile=true"), "needs evaluate.mode=inference"),
+        (("+benchmark=mlp", "evaluate.mode=serving"), "evaluate.mode='serving': use training or inference"),
+        (("+benchmark=relu", "evaluate.mode=inference"), "serves a training benchmark's network"),
     ],
 )
 def test_a_configuration_mistake_exits_2_with_a_short_message(
@@ -156,3 +159,20 @@ def test_an_engine_that_cannot_run_the_model_is_named_and_the_other_is_still_rep
     assert "torch" in tags["mlflow.note.content"] and "torch cannot be evaluated fully" in result.stdout
     summary = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "inference_summary.csv"))))
     assert {row["engine"]: bool(row["unable"]) for row in summary} == {"onnxruntime": False, "torch": True}
+
+
+@pytest.mark.slow
+def test_a_training_benchmark_in_inference_mode_serves_the_real_module_and_predicts_it(
+    tmp_path: Path, store: Store
+) -> None:
+    result = run_dlbench("task=evaluate", "+benchmark=mlp", "evaluate.mode=inference", "threads=1", *FAST,
+                         cwd=tmp_path, store=store)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = mlflow_runs(store)
+    metrics, params = run.data.metrics, run.data.params
+    assert run.info.status == "FINISHED" and params["model"] == "mlp" and params["torch_served"] == "torch"
+    for engine in ENGINES:
+        assert metrics[f"engine/{engine}/measured_ms"] > 0 and f"engine/{engine}/error_pct" in metrics
+    table = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "inference_operations.csv"))))
+    assert {row["op_type"] for row in table} >= {"Gemm"}  # the eval-mode export of the script's own network
+    assert "Dropout" not in {row["op_type"] for row in table}
