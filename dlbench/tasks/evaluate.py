@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -41,6 +40,7 @@ from dlbench.core.context import AppContext
 from dlbench.core.descriptors import DTYPE_BYTES
 from dlbench.core.device import resolve_device
 from dlbench.core.errors import ConfigurationError, TaskFailed
+from dlbench.core.folders import fresh_folder
 from dlbench.core.interference import InterferenceReport
 from dlbench.core.values import Measurement, Operation, SweepResult
 from dlbench.onnx import unfold
@@ -242,9 +242,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     device = resolve_device(cfg.device)
     table = match_table(cfg)
     unfold_table = training_unfold_table(cfg)
-    workdir = ctx.output_dir / "evaluate" / bench.name
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    workdir = fresh_folder(ctx.output_dir / "evaluate", bench.name)
     load_start = os.getloadavg()[0]
     if cfg.threads == 0 and load_start > (os.cpu_count() or 1):
         log.warning(
