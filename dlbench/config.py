@@ -11,11 +11,11 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from dlbench.core.dtypes import DTYPES
 from dlbench.core.settings import CACHE_STATES, FP32_MATHS, default
 
 TASKS = ("run", "list", "extract", "benchmark_model", "evaluate", "compare", "gc")
 DEVICES = ("cpu", "cuda", "auto")
-DTYPES = ("float32", "float16", "bfloat16")
 BENCHMARK_KINDS = ("operator", "training", "roofline")
 
 
@@ -216,7 +216,7 @@ class RooflineConfig:
     stream_mib: int = 256
     #: dtypes whose GEMM peak is measured; those the device cannot run are skipped and reported. float32 on a GPU
     #: with TF32 tensor cores is measured twice: IEEE (peak ``float32``) and TF32 (peak ``tf32``)
-    dtypes: list[str] = field(default_factory=lambda: ["float32", "float16", "bfloat16"])
+    dtypes: list[str] = field(default_factory=lambda: list(DTYPES))
     #: seconds each kernel is repeated for (after one warm-up call), at least ``min_reps`` times
     min_time_s: float = 1.0
     min_reps: int = 3

@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dlbench.core.dtypes import DTYPE_BYTES, numeric_element_type
 from dlbench.core.values import Number
 
 Shape = tuple[int, ...]
@@ -27,12 +28,6 @@ GLUE_OP_TYPES = (
     *NON_DIFFERENTIABLE,
 )  # fmt: skip
 
-#: ONNX TensorProto element types -> (name, bytes per element), for Cast's ``to``.
-ONNX_ELEMENT_TYPES: dict[int, tuple[str, int]] = {
-    1: ("float32", 4), 2: ("uint8", 1), 3: ("int8", 1), 4: ("uint16", 2), 5: ("int16", 2), 6: ("int32", 4),
-    7: ("int64", 8), 9: ("bool", 1), 10: ("float16", 2), 11: ("float64", 8), 12: ("uint32", 4),
-    13: ("uint64", 8), 16: ("bfloat16", 2),
-}  # fmt: skip
 INDEX_BYTES = 8  # int64 indices
 #: ``mode`` 3 + i: the gradient of input i alone (the binary operators and Where: training differentiates only
 #: the inputs that need a gradient, so ``x / constant`` computes one)
@@ -126,7 +121,7 @@ def glue_tensors(op_type: str, p: Mapping[str, Number]) -> GlueTensors:
             raise InvalidParameters(f"GatherElements: indices {list(b)} exceed the data {list(x)} off axis {axis}")
         return GlueTensors((x, b), (b,), ("float", "index"))
     if op_type in (*UNARY, "Gelu", "Cast", "LRN"):
-        if op_type == "Cast" and integer(p, "to", 1) not in ONNX_ELEMENT_TYPES:
+        if op_type == "Cast" and numeric_element_type(integer(p, "to", 1)) is None:
             raise InvalidParameters(f"to={p.get('to')}: not a numeric ONNX element type")
         if op_type == "LRN":
             integer(p, "size", 5, minimum=1)
@@ -199,7 +194,7 @@ def glue_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int) -> tuple[
     read = sum(n * w for n, w in zip(ins, width, strict=True))
     float_in = sum(n for n, k in zip(ins, t.kinds, strict=True) if k == "float")
     if op_type == "Cast":
-        to_bytes = ONNX_ELEMENT_TYPES[integer(p, "to", 1)][1]
+        to_bytes = DTYPE_BYTES[str(numeric_element_type(integer(p, "to", 1)))]
         return 0.0, float(out * (dtype_bytes + to_bytes))
     if op_type in NON_DIFFERENTIABLE and mode != 0:
         return 0.0, 0.0  # no gradient

@@ -10,7 +10,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dlbench.core.descriptors import DESCRIPTORS, DTYPE_BYTES, operation_cost
+from dlbench.core.descriptors import DESCRIPTORS, operation_cost
+from dlbench.core.dtypes import DTYPE_BYTES
 from dlbench.core.shapes import rank4
 from dlbench.core.values import Operation
 from dlbench.onnx.unfold import declared_notes

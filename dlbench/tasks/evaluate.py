@@ -37,8 +37,8 @@ from dlbench.analysis.step_run import not_costed_time, ran_params, read_step_pro
 from dlbench.analysis.timeline import gpu_step, host_framework_ms, traced_lanes
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
-from dlbench.core.descriptors import DTYPE_BYTES
 from dlbench.core.device import resolve_device
+from dlbench.core.dtypes import DTYPE_BYTES
 from dlbench.core.errors import ConfigurationError, TaskFailed
 from dlbench.core.folders import fresh_folder
 from dlbench.core.interference import InterferenceReport

@@ -19,6 +19,7 @@ import torch.distributed as dist
 
 from dlbench.backends.collectives.ops import COLLECTIVES, UnsupportedRow
 from dlbench.backends.timing import TimingSettings
+from dlbench.core import dtypes
 from dlbench.core.collectives import bandwidths_gbs
 from dlbench.core.cores import physical_cores
 from dlbench.core.descriptors import DESCRIPTORS
@@ -34,7 +35,7 @@ from dlbench.operators.protocol import (
     samples_rows,
 )
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {name: getattr(torch, name) for name in dtypes.DTYPES}
 #: extra output columns (the protocol keeps named columns it does not know; results.csv recomputes them)
 BANDWIDTH_COLUMNS = ("algbw_gbs", "busbw_gbs")
 

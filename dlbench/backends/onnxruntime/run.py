@@ -11,12 +11,11 @@ from typing import Any
 from dlbench.backends.onnxruntime.canonical import batchnorm_for_mode, canonical_node, forward_mode
 from dlbench.backends.onnxruntime.model import OneNodeModel, UnrunnableNode, build_model, with_float_type
 from dlbench.backends.timing import TimingSettings, time_repeated
+from dlbench.core.dtypes import DTYPES
 from dlbench.core.glue import InvalidParameters
 from dlbench.core.settings import from_environment
 from dlbench.operators.node_file import NodeEntry, nodes_path_for, read_nodes
 from dlbench.operators.protocol import output_path_for, read_input
-
-DTYPES = ("float32", "float16", "bfloat16")
 
 
 class RowFailed(Exception):
