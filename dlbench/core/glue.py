@@ -8,7 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from dlbench.core.dtypes import DTYPE_BYTES, numeric_element_type
+from dlbench.core.dtypes import DTYPE_BYTES, FLOAT_TYPES, numeric_element_type
 from dlbench.core.values import Number
 
 Shape = tuple[int, ...]
@@ -23,10 +23,25 @@ LOGICAL = ("And", "Or", "Xor")
 PREDICATES = ("Not", "IsNaN", "IsInf")
 #: Operators whose outputs are booleans: they have no gradient (``mode`` 0 only).
 NON_DIFFERENTIABLE = (*COMPARISONS, *LOGICAL, *PREDICATES)
+#: Operators whose outputs carry no gradient whatever their inputs: shapes, sizes, indices and booleans. The one
+#: list: the training step's pruning (``onnx/step.py``), the unfolding (``onnx/unfold.py``) and the kernels read it.
+NO_GRADIENT = frozenset(
+    {"Shape", "Size", "ConstantOfShape", "Range", "NonZero", "ArgMax", "ArgMin", "EyeLike", *NON_DIFFERENTIABLE}
+)
 GLUE_OP_TYPES = (
     *UNARY, "Gelu", "Cast", *BINARY, *VARIADIC, "Where", *MOVEMENT, "GatherElements", *REDUCTIONS, "LRN",
     *NON_DIFFERENTIABLE,
 )  # fmt: skip
+
+
+def carries_gradient(op_type: str, cast_to: int | None = None) -> bool:
+    """Whether an operator's output carries a gradient back to its inputs: not for :data:`NO_GRADIENT`, and a
+    ``Cast`` only to a float type (``cast_to``: its ``to``; autograd casts the gradient back, an integer or
+    boolean result has none)."""
+    if op_type == "Cast":
+        return cast_to is not None and numeric_element_type(int(cast_to)) in FLOAT_TYPES
+    return op_type not in NO_GRADIENT
+
 
 INDEX_BYTES = 8  # int64 indices
 #: ``mode`` 3 + i: the gradient of input i alone (the binary operators and Where: training differentiates only
