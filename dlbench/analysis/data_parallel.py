@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import bisect
 import math
-import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import pandas as pd
+
+from dlbench.core.cores import physical_cores
 
 #: DDP's first bucket when bucket_cap_mb is left to its default (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES):
 #: the last layers' gradients leave early; with bucket_cap_mb given, DDP closes the first bucket at that cap
@@ -116,14 +117,6 @@ def overlap_with_backward(
     communication = float(sum(bucket_ms))
     outlasting = max(free_at - backward_ms, 0.0)
     return Overlap(schedule, communication, outlasting if hidden else communication, hidden, outlasting)
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity), which the ranks of this machine share."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
 
 
 def communication_hides(setting: str, device: str, world_size: int, threads: int, cores: int) -> tuple[bool, str]:
@@ -263,7 +256,7 @@ def predict_data_parallel(
     for path in (*sweep_paths(files), *copy_files):
         run.log_artifact(path, "protocol")  # type: ignore[attr-defined]
     threads = int(params.get("threads", 0) or 0)  # type: ignore[call-overload]
-    hides, reason = communication_hides(overlap_setting, device, world_size, threads, usable_cores())
+    hides, reason = communication_hides(overlap_setting, device, world_size, threads, physical_cores())
     step = data_parallel_step(
         backward_ms(frame), buckets, [interpolated_ms(measured, b) for b in buckets],
         bucket_copy_ms(parameter_bytes, element_bytes, copies), hides, reason,
