@@ -223,7 +223,7 @@ def measure_operations(
                     if op_id in inv.stats:
                         results.setdefault(op_id, []).append(RoundResult(
                             index, position, inv.stats[op_id], tuple(inv.samples.get(op_id, ())),
-                            inv.efficiency.get(op_id),
+                            inv.efficiency.get(op_id), inv.launch.get(op_id),
                         ))  # fmt: skip
                 if inv.interrupted:  # after keeping what the round measured
                     raise KeyboardInterrupt
@@ -236,9 +236,8 @@ def measure_operations(
                 inv = invoke(benchmark, waited, redo_rows, settings, sweep_files(workdir, f"{base}_again"))
                 for op in waited:
                     if op.id in inv.stats:
-                        again[op.id] = RoundResult(
-                            rounds, 0, inv.stats[op.id], tuple(inv.samples.get(op.id, ())), inv.efficiency.get(op.id)
-                        )
+                        again[op.id] = RoundResult(rounds, 0, inv.stats[op.id], tuple(inv.samples.get(op.id, ())),
+                                                   inv.efficiency.get(op.id), inv.launch.get(op.id))  # fmt: skip
                 if inv.interrupted:
                     raise KeyboardInterrupt
         except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see core.interrupts

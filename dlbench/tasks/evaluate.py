@@ -17,8 +17,8 @@ from typing import Any
 
 import pandas as pd
 
+from dlbench.analysis import data_parallel as ddp_model
 from dlbench.analysis import match
-from dlbench.analysis.data_parallel import measured_scaling_metrics, predict_data_parallel
 from dlbench.analysis.evaluation import Evaluation, log_evaluation, print_evaluation
 from dlbench.analysis.match import match_profile
 from dlbench.analysis.predict import (
@@ -49,6 +49,8 @@ from dlbench.onnx.extract import extract_operations
 from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.patterns import fuse_exported_gelus
 from dlbench.onnx.step import graph_facts, training_step, with_dtype_costs
+from dlbench.operators.collectives import measure_allreduce, measure_gradient_copies, sweep_paths
+from dlbench.operators.launch import FRAMEWORK_OUT, read_launch_ms
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import model_coverage, plan_benchmarks
 from dlbench.operators.reference import GPU_WARMUP_ROUNDS, Drift, reference_benchmarks, reference_medians
@@ -299,7 +301,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         framework_ms = measure_framework(bench_cfg, ctx, registry, device, run, machine)
         frame["machine_busy"] = frame["id"].map(machine.busy)
         if device == "cuda":  # the framework's cost is the host's: its issuing time, not the events' span
-            framework_ms = host_framework_ms(ctx.output_dir / "protocol", framework_ms)
+            framework_ms = host_framework_ms(read_launch_ms(ctx.output_dir / "protocol", FRAMEWORK_OUT), framework_ms)
         bracket: dict[str, float] = {}
         if cfg.evaluate.bracket:
             log.info("training %s again after the benchmarks (evaluate.bracket)", entry.name)
@@ -311,21 +313,22 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         layout = len(extraction.layout_nodes)
         terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, layout, framework_ms))
         ran_with = effective_params(trained.facts)
-        data_parallel: dict[str, float] = {}
-        data_parallel_notes: list[str] = []
+        single_terms, data_parallel, dp_notes = terms, {}, []
+        world_size = int(ran_with.get("world_size", cfg.world_size))
         if "bucket_cap_mb" in ran_with:  # a DistributedDataParallel script: its gradient all-reduce too
-            world_size = int(ran_with.get("world_size", cfg.world_size))
-            terms, data_parallel, data_parallel_notes = predict_data_parallel(
-                registry, device, run_settings(bench_cfg, device), ctx.output_dir / "protocol", cfg.quiet, run,
-                ran_with, world_size, frame, terms, cfg.evaluate.communication_overlap, DTYPE_BYTES.get(cfg.dtype, 4),
-            )  # fmt: skip
+            ddp, terms, dp_notes = measure_data_parallel(bench_cfg, ctx, registry, run, ran_with, frame, terms,
+                                                         world_size)  # fmt: skip
+        coverage = model_coverage(extraction, plan.served_types)
+        timeline = single = None
+        if device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
+            launch, dispatch = read_launch_ms(ctx.output_dir / "protocol"), framework_ms.get("dispatch", 0.0)
+            timeline, single = (gpu_step(frame, t, launch, folded, dispatch) for t in (terms, single_terms))
+        if dp_notes:  # the single-process and data-parallel steps from the same step model
+            pairs = ((single, single_terms), (timeline, terms))
+            steps = [t.step_us / 1e3 if t else float(x["ms"].sum()) for t, x in pairs]
+            data_parallel = ddp_model.data_parallel_metrics(*steps, ddp, world_size)
             if cfg.evaluate.single_process and world_size > 1:
                 data_parallel.update(single_process_scaling(cfg, registry, workdir / "single", measured_ms))
-        coverage = model_coverage(extraction, plan.served_types)
-        timeline = None
-        if device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
-            timeline = gpu_step(frame, terms, ctx.output_dir / "protocol", profile["name"],
-                                framework_ms.get("dispatch", 0.0))  # fmt: skip
         metrics = prediction_metrics(frame, matched, measured_ms, profiled_ms, terms,
                                      timeline.step_us / 1e3 if timeline else None)  # fmt: skip
         if timeline is not None:
@@ -344,7 +347,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         not_costed_notes, not_costed_metrics = not_costed_time(step.not_costed, profile, profiled_ms)
         notes += not_costed_notes
         metrics.update(not_costed_metrics)
-        notes += data_parallel_notes
+        notes += dp_notes
         drift_note = drift.note()
         if drift_note:
             notes.append(drift_note)
@@ -361,6 +364,23 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     return 0
 
 
+def measure_data_parallel(cfg: DlbenchConfig, ctx: AppContext, registry: Registry, run, ran_with, frame, terms, ranks):
+    """DDP's step, the terms with its copies and all-reduce added, and notes: the all-reduce measured around each
+    bucket, the copies by Mul at each parameter's size; their protocol files and bucket schedule logged."""
+    device, plan = resolve_device(cfg.device), ddp_model.DataParallelPlan.of(ran_with, DTYPE_BYTES.get(cfg.dtype, 4))
+    settings, workdir = run_settings(cfg, device), ctx.output_dir / "protocol"
+    allreduce, _, files = measure_allreduce(registry, device, plan.allreduce_sizes, ranks, settings, workdir, cfg.quiet)
+    copies, copy_files = measure_gradient_copies(registry, device, plan.copy_elements, settings, workdir, cfg.quiet)
+    for path in (*sweep_paths(files), *copy_files):
+        run.log_artifact(path, "protocol")
+    threads = int(ran_with.get("threads", 0) or 0)
+    hides, reason = ddp_model.communication_hides(cfg.evaluate.communication_overlap, device, ranks, threads,
+                                                  ddp_model.usable_cores())  # fmt: skip
+    step, notes = ddp_model.predict_data_parallel(plan, allreduce, copies, frame, hides, reason)
+    run.log_table(step.overlap.schedule, "data_parallel_buckets.csv")
+    return step, ddp_model.data_parallel_terms(terms, step, ranks, len(plan.parameter_bytes)), notes
+
+
 def single_process_scaling(
     cfg: DlbenchConfig, registry: Registry, workdir, data_parallel_ms: float
 ) -> dict[str, float]:
@@ -370,7 +390,7 @@ def single_process_scaling(
     entry, arguments = training_entry(replace(cfg, world_size=1), registry)
     single = run_training(cfg, entry, arguments, workdir)
     single_ms, _, _ = measured_step_ms(pd.read_csv(single.profile_dir / BATCHES_FILE), cfg.profile.warmup)
-    return measured_scaling_metrics(single_ms, data_parallel_ms)
+    return ddp_model.measured_scaling_metrics(single_ms, data_parallel_ms)
 
 
 def script_params(facts: dict, already: dict[str, object]) -> dict[str, object]:
