@@ -46,9 +46,11 @@ from dlbench.core.values import Measurement, Operation, SweepResult
 from dlbench.onnx import unfold
 from dlbench.onnx.errors import ExtractionError
 from dlbench.onnx.extract import extract_operations
+from dlbench.onnx.footprint import placed_step
 from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.patterns import fuse_exported_gelus
 from dlbench.onnx.step import graph_facts, training_step, with_dtype_costs
+from dlbench.operators.footprint_file import with_rotation_columns
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import model_coverage, plan_benchmarks
 from dlbench.operators.reference import GPU_WARMUP_ROUNDS, Drift, reference_benchmarks, reference_medians
@@ -133,6 +135,10 @@ def measure_step(
         for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
             if path is not None and path.exists():
                 run.log_artifact(path, "protocol")
+        for path in sorted(workdir.glob(f"{entry.name}_evaluate*_footprints.csv")) + sorted(
+            workdir.glob(f"{entry.name}_evaluate*_rotation.csv")
+        ):  # the cache state each row was timed in
+            run.log_artifact(path, "protocol")
         machine.add(entry.name, result, ops)
         if result.interrupted:
             raise KeyboardInterrupt(f"{entry.name} was interrupted")
@@ -219,9 +225,9 @@ def evaluation_params(cfg: DlbenchConfig, entry, device: str, table, unfold_tabl
 
 def with_evaluation_caches(cfg: DlbenchConfig) -> DlbenchConfig:
     """The config the evaluation measures with: ``measure.caches`` is ``evaluate.caches`` (and logged so)."""
-    if cfg.evaluate.caches == "cold" and cfg.backend != "torch":
+    if cfg.evaluate.caches != "hot" and cfg.backend != "torch":
         raise ConfigurationError(
-            f"backend={cfg.backend} times its kernels with hot caches only, and evaluate.caches=cold (the default) "
+            f"backend={cfg.backend} times its kernels with hot caches only, and evaluate.caches={cfg.evaluate.caches} "
             "needs the embedded torch kernels: add evaluate.caches=hot, or use backend=torch"
         )
     return replace(cfg, measure=replace(cfg.measure, caches=cfg.evaluate.caches))
@@ -285,6 +291,9 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         facts = graph_facts(trained.model_path, batch_size).with_inferred_outputs(extraction.nodes)
         ran = step_run(trained.facts, profile, folded)  # the loss and optimizer the script ran
         step = training_step(forward, unfolding, facts, table.training, DTYPE_BYTES.get(cfg.dtype, 4), ran)
+        placed = None
+        if cfg.evaluate.caches == "step":  # each operation's footprint in this step decides its cache state
+            step, placed = placed_step(step, unfolding, extraction.nodes, facts, DTYPE_BYTES.get(cfg.dtype, 4))
         run.set_tags({"dlbench.model_sha256": extraction.sha256})
         log_workload(run, step.operations, f"{bench.name}-training-step", str(trained.model_path))
         run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations), **ran_params(ran)})
@@ -298,6 +307,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         }
         matched = match_profile(profile, step.operations, step.passes, table, weights)
         frame = prediction_frame(step, measurements, implementations, matched.assigned_us)
+        frame = with_rotation_columns(frame, step.operations, ctx.output_dir / "protocol", "_evaluate")
         framework_ms = measure_framework(bench_cfg, ctx, registry, device, run, machine)
         frame["machine_busy"] = frame["id"].map(machine.busy)
         if device == "cuda":  # the framework's cost is the host's: its issuing time, not the events' span
@@ -341,7 +351,8 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         metrics.update(bracket)
         metrics.update(interference_record(machine.reports)[0])
         metrics.update(threads.metrics())
-        notes = thread_notes + fused_notes + list(step.notes)
+        metrics.update({"step_working_set_bytes": placed.working_set_bytes} if placed else {})
+        notes = thread_notes + fused_notes + list(step.notes) + (placed.run_notes() if placed else [])
         notes += [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
         not_costed_notes, not_costed_metrics = not_costed_time(step.not_costed, profile, profiled_ms)
         notes += not_costed_notes

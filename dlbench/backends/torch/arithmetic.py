@@ -86,6 +86,28 @@ def where(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass
     condition = torch.rand(c_shape, device=device) < 0.5
     x, y = torch.randn(x_shape, device=device, dtype=dtype), torch.randn(y_shape, device=device, dtype=dtype)
     wrt = gradient_inputs(p, [1, 2])
+    filled = _masked_fill(condition, x, y, wrt)
+    if filled is not None:
+        return filled
     if not wrt:
         return Pass(lambda: torch.where(condition, x, y), (condition, x, y))
     return autograd_pass(torch.where, [condition, x, y], wrt)
+
+
+def _masked_fill(condition: torch.Tensor, x: torch.Tensor, y: torch.Tensor, wrt: list[int]) -> Pass | None:
+    """A Where one of whose values is a single element and the other the whole output is how ONNX writes
+    ``masked_fill`` (``Where(mask, value, t)``): PyTorch fills the tensor's copy in place (``masked_fill_``),
+    forward and in MaskedFillBackward0 (the gradient of the tensor, zeroed where the mask is set), so it is
+    timed so, not as an out-of-place ``torch.where`` reading three operands. The scalar's own gradient (a sum)
+    stays autograd's. None: not that form."""
+    shape = torch.broadcast_shapes(condition.shape, x.shape, y.shape)
+    forms = [(s, f, i) for s, f, i in ((x, y, 2), (y, x, 1)) if s.numel() == 1 and f.shape == shape]
+    if not forms or wrt not in ([], [forms[0][2]]):
+        return None
+    scalar, full, index = forms[0]
+    mask = condition if index == 2 else ~condition
+    if not wrt:
+        value = float(scalar.reshape(()))
+        return Pass(lambda: full.masked_fill_(mask, value), (condition, x, y))
+    grad = torch.randn_like(full)  # the incoming gradient, zeroed where the mask set the value
+    return Pass(lambda: (grad.masked_fill_(mask, 0.0),), (condition, x, y), (grad,))
