@@ -53,7 +53,13 @@ from dlbench.onnx.step import graph_facts, training_step, with_dtype_costs
 from dlbench.operators.footprint_file import with_rotation_columns
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import model_coverage, plan_benchmarks
-from dlbench.operators.reference import GPU_WARMUP_ROUNDS, Drift, reference_benchmarks, reference_medians
+from dlbench.operators.reference import (
+    WARMUP_ROUNDS,
+    Drift,
+    probe_settings,
+    reference_benchmarks,
+    reference_medians,
+)
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
 from dlbench.tracking.runs import job_run_name, open_run
@@ -177,15 +183,15 @@ def measure_framework(
 def measure_reference(
     cfg: DlbenchConfig, ctx: AppContext, registry: Registry, device: str, when: str
 ) -> dict[str, float]:
-    """Median ms of the reference operations (:mod:`dlbench.operators.reference`) now, with PyTorch's kernels
-    and the benchmarks' settings; those without a torch benchmark here are left out. On a GPU: device-bound
-    sizes, timed with CUDA events after a round that brings the clocks up from idle."""
+    """Median ms of the reference operations (:mod:`dlbench.operators.reference`) now, with PyTorch's kernels,
+    the benchmarks' settings and hot caches, after an untimed round; those without a torch benchmark here are
+    left out. On a GPU: device-bound sizes, timed with CUDA events."""
     medians: dict[str, float] = {}
-    rounds = (GPU_WARMUP_ROUNDS if device == "cuda" else 0) + 1
+    settings = probe_settings(run_settings(cfg, device))
     for entry, op in reference_benchmarks(registry, device):
-        for _ in range(rounds):  # the last round counts
+        for _ in range(WARMUP_ROUNDS + 1):  # the last round counts
             result, _ = measure_with_progress(
-                entry, [op], run_settings(cfg, device), ctx.output_dir / "protocol", f"{op.name}_{when}", True
+                entry, [op], settings, ctx.output_dir / "protocol", f"{op.name}_{when}", True
             )  # a stem per operation: the GEMM's and the convolution's protocol files stay apart
             if result.interrupted:
                 raise KeyboardInterrupt(f"{entry.name} was interrupted")
