@@ -255,3 +255,10 @@ def placed_step(step: Any, unfolding: Any, nodes: Sequence[Any], facts: Any, dty
     decided = step_footprint(step.operations, step.passes, input_of, nodes, facts, dtype_bytes)
     operations = tuple(replace(op, footprint_bytes=decided.operations.get(op.id)) for op in step.operations)
     return replace(step, operations=operations), decided
+
+
+def placed_forward(operations: Sequence[Operation], nodes: Sequence[Any], facts: Any, dtype_bytes: int = 4):
+    """A served model's ``operations`` with each one's ``footprint_bytes`` from its forward pass alone (the
+    weights read one forward apart, each activation right after it was written), and the decision."""
+    decided = step_footprint(operations, {}, {}, nodes, facts, dtype_bytes, training=False)
+    return [replace(op, footprint_bytes=decided.operations.get(op.id)) for op in operations], decided

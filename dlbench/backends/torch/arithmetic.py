@@ -5,11 +5,22 @@ input or for one (training differentiates only the inputs that need a gradient: 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import torch
 
-from dlbench.backends.torch.params import Kernel, Pass, UnsupportedRow, autograd_pass, glue, gradient_inputs, mode_of
+from dlbench.backends.torch.params import (
+    Kernel,
+    Pass,
+    UnsupportedRow,
+    autograd_pass,
+    glue,
+    gradient_inputs,
+    integer,
+    mode_of,
+)
+from dlbench.core.glue import BUCKET_VIEW_MODE
 
 BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "Mul": torch.mul,
@@ -32,6 +43,8 @@ def binary_kernel(op_type: str) -> Kernel:
         # a divisor away from 0 (and a gradient -a/b^2 that stays finite)
         b = torch.rand(b_shape, device=device, dtype=dtype)
         b = b + 0.5 if op_type == "Div" else torch.randn_like(b)
+        if op_type == "Mul" and integer(p, "mode", 0) == BUCKET_VIEW_MODE:
+            return _into_bucket_view(a, b)
         wrt = gradient_inputs(p, [0, 1])
         if not wrt:
             return Pass(lambda: function(a, b), (a, b))
@@ -79,6 +92,17 @@ def variadic_kernel(op_type: str) -> Kernel:
         return autograd_pass(combine, inputs, list(range(len(inputs))))
 
     return kernel_fn
+
+
+def _into_bucket_view(a: torch.Tensor, b: torch.Tensor) -> Pass:
+    """DDP's copy of a gradient into its bucket: ``mul(grad, 1 / world_size, out=view)``, the view a slice of
+    a flat bucket that outlives the step (and its copy back reads and writes as many bytes), not a fresh
+    output allocated per call."""
+    shape = torch.broadcast_shapes(a.shape, b.shape)
+    size = math.prod(shape)
+    bucket = torch.zeros(2 * size, device=a.device, dtype=a.dtype)  # the gradient's slice sits inside it
+    view = bucket[size // 2 : size // 2 + size].view(shape)
+    return Pass(lambda: torch.mul(a, b, out=view), (a, b))
 
 
 def where(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass:
