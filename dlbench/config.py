@@ -107,9 +107,11 @@ class EvaluateConfig:
     #: trainings' steady steps, so a machine that slows down or speeds up during the evaluation moves the
     #: measurement as much as the benchmarks (the two trainings' medians are logged apart)
     bracket: bool = True
-    #: the operator benchmarks' cache state (``measure.caches`` for this task): ``cold`` by default, because a
-    #: training step's working set exceeds the caches and its operators find their tensors in memory
-    caches: str = "cold"
+    #: the operator benchmarks' cache state (``measure.caches`` for this task): ``step`` by default, each
+    #: operation's benchmark rotating over copies filling its own reuse distance in the step (the bytes the
+    #: step touches between uses of its inputs, :mod:`dlbench.onnx.footprint`), capped at twice the last-level
+    #: cache; ``hot`` and ``cold`` (twice the last-level cache for every operation) as explicit choices
+    caches: str = "step"
     #: a data-parallel step: whether DDP's all-reduce hides behind the backward pass. ``auto``: not on CPUs whose
     #: cores the ranks' threads all take (gloo reduces on those cores), else yes; ``backward``: yes; ``none``: no
     communication_overlap: str = "auto"
