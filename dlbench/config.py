@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from dlbench.core.change_rules import CONFIDENCE, NOISE_THRESHOLD, RESAMPLES, compare_problem
 from dlbench.core.settings import CACHE_STATES, FP32_MATHS, default
 
 TASKS = ("run", "list", "extract", "benchmark_model", "evaluate", "compare", "gc")
@@ -248,10 +249,20 @@ class CompareConfig:
     #: only runs of these kinds (tag dlbench.kind); empty: operator sweeps, evaluations and rooflines
     kinds: list[str] = field(default_factory=list)
     max_runs: int = 1000
+    baseline: str = ""  # side A: a run id, a system (or part of it), or key=value; empty: no changes judged
+    candidate: str = ""  # side B, as baseline; empty: every other run found
+    threshold: float = NOISE_THRESHOLD  # a change within +-threshold is `same` (core/change_rules.py)
+    confidence: float = CONFIDENCE
+    resamples: int = RESAMPLES  # bootstrap resamples per interval; the same seed gives the same intervals
+    seed: int = 0
+    fail_on: str = ""  # exit 1 when an operation or total is slower, faster or changed (either); empty: never
 
     def __post_init__(self) -> None:
         if self.max_runs < 1:
             raise ValueError(f"compare.max_runs must be >= 1, got {self.max_runs}")
+        problem = compare_problem(self.threshold, self.confidence, self.resamples, self.fail_on, self.baseline)
+        if problem:
+            raise ValueError(problem)
 
 
 def _open_dict() -> Any:

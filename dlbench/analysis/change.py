@@ -24,10 +24,8 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-NOISE_THRESHOLD = 0.02
-CONFIDENCE = 0.95
-RESAMPLES = 2000
-VERDICTS = ("faster", "slower", "same", "unsure")
+from dlbench.core.change_rules import CONFIDENCE, NOISE_THRESHOLD, RESAMPLES, VERDICTS
+
 TOTAL = "total"
 #: the columns of ``changes.csv``
 CHANGE_COLUMNS = ("operation", "A", "B", "ratio", "low", "high", "verdict", "why")
