@@ -198,10 +198,17 @@ def _total_reason(reasons: list[str], only: list[str]) -> str:
     return f"partial: {len(problems)} operation(s) not clean or not on both sides ({shown})"
 
 
+def is_total(operations: pd.Series) -> pd.Series:
+    """Which rows of ``changes.csv`` are totals (``total``, or ``<pair> total``)."""
+    text = operations.astype(str)
+    return (text == TOTAL) | text.str.endswith(f" {TOTAL}")
+
+
 def verdict_counts(changes: pd.DataFrame) -> dict[str, int]:
     """How many operations (the total apart) got each verdict, and the total's own as ``total_<verdict>``."""
-    ops = changes[changes["operation"] != TOTAL]
+    totals = is_total(changes["operation"])
+    ops = changes[~totals]
     counts = {v: int((ops["verdict"] == v).sum()) for v in VERDICTS}
-    for row in changes[changes["operation"] == TOTAL].itertuples(index=False):
+    for row in changes[totals].itertuples(index=False):
         counts[f"total_{row.verdict}"] = counts.get(f"total_{row.verdict}", 0) + 1
     return counts

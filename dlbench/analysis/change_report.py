@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from dlbench.analysis.change import TOTAL, verdict_counts
+from dlbench.analysis.change import is_total, verdict_counts
 from dlbench.analysis.forest import forest_figure, forest_html
 from dlbench.analysis.report import NOTE_TAG
 from dlbench.analysis.sides import Judged
@@ -24,8 +24,8 @@ def summary_paragraph(judged: Judged, baseline: str, candidate: str, threshold: 
     """The run's description: what was compared, the verdicts, the totals, the machines' differences."""
     changes = judged.changes
     counts = verdict_counts(changes)
-    ops = int((~changes["operation"].str.endswith(TOTAL)).sum())
-    totals = changes[changes["operation"].str.endswith(TOTAL)]
+    ops = int((~is_total(changes["operation"])).sum())
+    totals = changes[is_total(changes["operation"])]
     total_text = "; ".join(
         f"{r.operation} {r.ratio:.3f}x (95% CI {r.low:.3f}-{r.high:.3f}, {r.verdict})"
         for r in totals.itertuples(index=False)

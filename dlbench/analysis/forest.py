@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from dlbench.analysis.change import TOTAL
+from dlbench.analysis.change import TOTAL, is_total
 
 COLOURS = {"slower": "#c0392b", "faster": "#1e8449", "same": "#7f8c8d", "unsure": "#d68910"}
 #: beyond this many operations the plot shows the most changed ones (the table keeps all)
@@ -20,8 +20,8 @@ MAX_ROWS = 60
 def shown_rows(changes: pd.DataFrame, limit: int = MAX_ROWS) -> pd.DataFrame:
     """The rows drawn, sorted by ratio: totals always, then the operations farthest from 1 up to ``limit``."""
     finite = changes.dropna(subset=["ratio"])
-    totals = finite[finite["operation"].str.endswith(TOTAL)]
-    ops = finite[~finite["operation"].str.endswith(TOTAL)]
+    totals = finite[is_total(finite["operation"])]
+    ops = finite[~is_total(finite["operation"])]
     if len(ops) > limit:
         distance = ops["ratio"].clip(lower=1e-12).map(lambda r: abs(math.log(r)))
         ops = ops.loc[distance.sort_values(ascending=False).index[:limit]]

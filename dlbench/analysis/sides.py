@@ -43,11 +43,13 @@ class Pair:
 
 
 def side_mask(runs: pd.DataFrame, spec: str, key: str) -> pd.Series:
-    """Which runs ``spec`` names: ``key=value`` (a column of the runs table), a run id (or its first 8+
-    characters), or a system (``system.id``, or a part of it). ``key`` names the setting in messages."""
+    """Which runs ``spec`` names: ``key:value`` or ``key=value`` (a column of the runs table; ``=`` must be
+    quoted on Hydra's command line), a run id (or its first 8+ characters), or a system (``system.id``, or a
+    part of it). ``key`` names the setting in messages."""
     spec = spec.strip()
-    if "=" in spec:
-        column, _, value = spec.partition("=")
+    named = spec.partition(":")[0].strip() in SIDE_KEYS  # key:value, which needs no quotes on Hydra's line
+    if "=" in spec or named:
+        column, _, value = spec.partition("=" if "=" in spec else ":")
         column = column.strip()
         if column not in SIDE_KEYS or column not in runs.columns:
             raise ConfigurationError(f"{key}={spec}: {column!r} is not a run column; use one of {', '.join(SIDE_KEYS)}")
@@ -67,7 +69,7 @@ def side_mask(runs: pd.DataFrame, spec: str, key: str) -> pd.Series:
         )
     raise ConfigurationError(
         f"{key}={spec}: no run found has that id, system or key=value (systems: "
-        f"{', '.join(sorted(set(systems) - {''})) or 'none'}); give a run id, a system, or e.g. {key}=dtype=float32"
+        f"{', '.join(sorted(set(systems) - {''})) or 'none'}); give a run id, a system, or e.g. {key}=dtype:float32"
     )
 
 

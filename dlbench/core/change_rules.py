@@ -23,7 +23,7 @@ def compare_problem(threshold: float, confidence: float, resamples: int, fail_on
     if fail_on not in FAIL_ON:
         return f"compare.fail_on={fail_on!r}: use slower, faster or changed (either), or leave it empty"
     if fail_on and not baseline:
-        return "compare.fail_on needs compare.baseline: a run id, a system, or key=value (e.g. dtype=float32)"
+        return "compare.fail_on needs compare.baseline: a run id, a system, or key:value (e.g. dtype:float32)"
     return ""
 
 
