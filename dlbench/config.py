@@ -249,7 +249,7 @@ class CompareConfig:
     #: only runs of these kinds (tag dlbench.kind); empty: operator sweeps, evaluations and rooflines
     kinds: list[str] = field(default_factory=list)
     max_runs: int = 1000
-    baseline: str = ""  # side A: a run id, a system (or part of it), or key:value; empty: no changes judged
+    baseline: str = ""  # side A: a run id or name, a system (or part of it), or key:value; empty: no changes
     candidate: str = ""  # side B, as baseline; empty: every other run found
     threshold: float = NOISE_THRESHOLD  # a change within +-threshold is `same` (core/change_rules.py)
     confidence: float = CONFIDENCE

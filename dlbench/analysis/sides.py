@@ -44,7 +44,7 @@ class Pair:
 
 def side_mask(runs: pd.DataFrame, spec: str, key: str) -> pd.Series:
     """Which runs ``spec`` names: ``key:value`` or ``key=value`` (a column of the runs table; ``=`` must be
-    quoted on Hydra's command line), a run id (or its first 8+ characters), or a system (``system.id``, or a
+    quoted on Hydra's command line), a run id (or its first 8+ characters), a run name, or a system (``system.id``, or a
     part of it). ``key`` names the setting in messages."""
     spec = spec.strip()
     named = spec.partition(":")[0].strip() in SIDE_KEYS  # key:value, which needs no quotes on Hydra's line
@@ -57,6 +57,9 @@ def side_mask(runs: pd.DataFrame, spec: str, key: str) -> pd.Series:
     ids = runs["run_id"].astype(str)
     if len(spec) >= 8 and ids.str.startswith(spec).any():
         return ids.str.startswith(spec)
+    names = runs["run_name"].fillna("").astype(str) if "run_name" in runs.columns else ids.map(lambda _: "")
+    if (names == spec).any():
+        return names == spec
     systems = runs["system"].fillna("").astype(str)
     if (systems == spec).any():
         return systems == spec
@@ -68,7 +71,7 @@ def side_mask(runs: pd.DataFrame, spec: str, key: str) -> pd.Series:
             f"whole run id, or quote it: {key}=\"'5070e823'\""
         )
     raise ConfigurationError(
-        f"{key}={spec}: no run found has that id, system or key=value (systems: "
+        f"{key}={spec}: no run found has that id, name, system or key:value (systems: "
         f"{', '.join(sorted(set(systems) - {''})) or 'none'}); give a run id, a system, or e.g. {key}=dtype:float32"
     )
 
