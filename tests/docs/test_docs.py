@@ -81,16 +81,29 @@ def test_every_page_in_docs_is_in_the_site_navigation() -> None:
     assert on_disk <= in_nav, f"pages not in mkdocs.yml's nav: {sorted(on_disk - in_nav)}"
 
 
-def test_every_shipped_benchmark_is_named_in_the_readme_and_in_help() -> None:
-    shipped = sorted(p.stem for p in (REPO / "conf" / "benchmark").glob("*.yaml"))
-    readme = (REPO / "README.md").read_text(encoding="utf-8")
-    shown = subprocess.run(
+def shown_help() -> str:
+    return subprocess.run(
         [sys.executable, "-m", "dlbench", "--help"], cwd=REPO, env=clean_env(), capture_output=True, text=True,
         timeout=120, check=True,
     ).stdout  # fmt: skip
-    help_benchmarks = shown.split("Benchmarks shipped")[1].split("Config groups")[0]
+
+
+def test_every_shipped_benchmark_is_named_in_the_readme_and_in_help() -> None:
+    shipped = sorted(p.stem for p in (REPO / "conf" / "benchmark").glob("*.yaml"))
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    help_benchmarks = shown_help().split("Benchmarks shipped")[1].split("Config groups")[0]
     assert [b for b in shipped if not re.search(rf"\b{b}\b", readme)] == []
     assert [b for b in shipped if not re.search(rf"\b{b}\b", help_benchmarks)] == []
+
+
+def test_every_main_key_of_help_is_in_the_keys_table() -> None:
+    main_keys = shown_help().split("Main keys")[1].split("Examples:")[0]
+    named = [re.match(r"\s+([\w.]+(?:, [\w.]+)*)\s{2,}", line) for line in main_keys.splitlines()[1:]]
+    keys = [key for found in named if found for key in found.group(1).split(", ")]
+    table = (REPO / "docs" / "operators.md").read_text(encoding="utf-8").split("## Configuration keys")[1]
+    table = table.split("\n## ")[0]
+    assert {"batch_size", "lr", "dims.NAME", "mlflow.experiment"} <= set(keys)
+    assert [k for k in keys if f"`{k.replace('.NAME', '.<name>')}`" not in table] == []
 
 
 def test_the_mlflow_project_environment_lists_the_package_dependencies() -> None:
