@@ -33,9 +33,11 @@ from dlbench.core.errors import ConfigurationError, TaskFailed
 from dlbench.core.values import Measurement, Operation, TimeStats
 from dlbench.onnx.errors import ExtractionError, ModelSettingError
 from dlbench.onnx.extract import extract_operations
+from dlbench.onnx.footprint import placed_forward
 from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.rebatch import rebatched_model
 from dlbench.onnx.report import model_paths
+from dlbench.onnx.step import graph_facts
 from dlbench.operators.end_to_end import EndToEnd, measure_end_to_end, measure_session_nodes
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import plan_benchmarks
@@ -77,6 +79,9 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     except ExtractionError as err:
         raise (ConfigurationError if isinstance(err, ModelSettingError) else TaskFailed)(str(err)) from err
     operations = deduplicate(extraction.operations())
+    placed = None
+    if cfg.evaluate.caches == "step":  # the torch kernels: each operation's footprint in one forward pass
+        operations, placed = placed_forward(operations, extraction.nodes, graph_facts(path, batch_size))
     fixed_path = workdir / f"{extraction.model_name}_b{batch_size}.onnx"
     fixed_path.write_bytes(fixed.SerializeToString())
     params = {
@@ -86,6 +91,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         "nodes": extraction.total_nodes, "nodes_skipped": len(extraction.skipped), "training": False,
         "torch_served": served.engine if served else "onnx2torch",
         **{f"measure.{k}": v for k, v in asdict(cfg.measure).items()},
+        "evaluate.caches": cfg.evaluate.caches,  # the torch kernels' (onnxruntime's time hot caches only)
     }  # fmt: skip
     name = job_run_name(cfg, extraction.model_name, ["inference"], device)
     load_start = os.getloadavg()[0]
@@ -99,6 +105,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         for file in end_to_end.files:
             run.log_artifact(file, "end_to_end")
         table = inference_table(operations, measured, implementations)
+        table["footprint_bytes"] = table["id"].map({op.id: op.footprint_bytes for op in operations})
         overheads = overhead_terms(table, end_to_end.facts)
         problems = engine_problems(table, benchmark_errors, end_to_end.errors)
         summary = summary_frame(table, end_to_end.stats, problems, overheads)
@@ -112,6 +119,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         run.log_metrics({
             **metrics, **{f"outputs_{k}": float(v) for k, v in agreement.items()},
             "load_average_start": load_start, "load_average_end": os.getloadavg()[0],
+            **({"forward_working_set_bytes": placed.working_set_bytes} if placed else {}),
         })  # fmt: skip
         print_inference(extraction.model_name, batch_size, settings.threads, summary)
         for key, value in agreement.items():
@@ -179,7 +187,15 @@ def _measure_engines(
     for engine, backend in ENGINE_BACKENDS.items():
         try:
             measured[engine], implementations[engine] = _measure_engine(
-                engine, backend, registry, operations, settings, device, run, ctx, cfg.quiet
+                engine,
+                backend,
+                registry,
+                operations,
+                replace(settings, caches=cfg.evaluate.caches if backend == "torch" else "hot"),
+                device,
+                run,
+                ctx,
+                cfg.quiet,
             )
         except (TaskFailed, OSError) as err:
             log.error("the %s prediction's operator benchmarks failed: %s", engine, err)

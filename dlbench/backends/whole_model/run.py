@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from dlbench.backends.timing import TimingSettings
+from dlbench.core.cores import resolve_threads
 from dlbench.core.settings import from_environment
 from dlbench.core.values import median_rel_ci
 
@@ -82,8 +83,7 @@ def torch_engine(model: Any, feeds: dict[str, np.ndarray], threads: int) -> tupl
 
     from dlbench.backends.torch.graph import torch_module
 
-    if threads > 0:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(resolve_threads(threads))
     module, nodes = torch_module(model)
     initializers = {t.name for t in model.graph.initializer}
     names = [v.name for v in model.graph.input if v.name not in initializers and v.name in feeds]
