@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -163,3 +164,25 @@ def test_feeds_refuse_an_open_dimension() -> None:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])  # fmt: skip
     with pytest.raises(ValueError, match="open dimension"):
         model_feeds(helper.make_model(graph))
+
+
+def test_a_flatten_on_another_axis_and_a_folded_gather_compute_what_onnxruntime_does() -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    # Flatten(axis=2) of a [2, 3, 4] input is [6, 4] (onnx2torch's own Flatten flattens from axis 1 whatever
+    # the attribute); the GatherElements depends on weights only and is folded before the conversion
+    data = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "data")
+    index = numpy_helper.from_array(np.array([[2, 0, 1, 1]], dtype=np.int64), "index")
+    nodes = [helper.make_node("Flatten", ["x"], ["f"], axis=2),
+             helper.make_node("GatherElements", ["data", "index"], ["g"], axis=0),
+             helper.make_node("Add", ["f", "g"], ["y"])]  # fmt: skip
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 4])],
+                              [data, index])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)}
+    _, ort_facts = onnxruntime_engine(model, feeds, 1)
+    _, torch_facts = torch_engine(model, feeds, 1)
+    assert torch_facts["outputs"][0].shape == (6, 4)
+    assert agreement(ort_facts["outputs"], torch_facts["outputs"]) < 1e-6
+    assert "GatherElements" not in torch_facts["torch_nodes_per_call"]  # folded: it depends on weights only

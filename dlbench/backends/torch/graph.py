@@ -54,18 +54,28 @@ def _static_shapes(model: Any) -> dict[str, tuple[int, ...]]:
 
 
 def _evaluate(node: Any, inputs: list[np.ndarray | None], opsets: Any) -> list[np.ndarray]:
-    """One node computed by ONNX's reference implementation (the specification's own semantics)."""
+    """One node computed by ONNX's reference implementation (the specification's own semantics), or where
+    that cannot (a gap of the reference), by onnxruntime."""
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
     names = [f"i{k}" if name else "" for k, name in enumerate(node.input)]
     single = helper.make_node(node.op_type, names, [f"o{k}" for k in range(len(node.output))], domain=node.domain)
     single.attribute.extend(node.attribute)
-    inputs_info = [helper.make_tensor_value_info(n, 0, None) for n in names if n]
-    outputs_info = [helper.make_tensor_value_info(f"o{k}", 0, None) for k in range(len(node.output))]
-    graph = helper.make_graph([single], "fold", inputs_info, outputs_info)
-    evaluator = ReferenceEvaluator(helper.make_model(graph, opset_imports=list(opsets)))
-    return list(evaluator.run(None, {n: v for n, v in zip(names, inputs, strict=True) if n}))
+    feeds = {n: v for n, v in zip(names, inputs, strict=True) if n}
+    inputs_info = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(np.asarray(v).dtype),
+                                                 np.shape(v)) for n, v in feeds.items()]  # fmt: skip
+    outputs_info = [helper.make_empty_tensor_value_info(f"o{k}") for k in range(len(node.output))]
+    model = helper.make_model(helper.make_graph([single], "fold", inputs_info, outputs_info),
+                              opset_imports=list(opsets))  # fmt: skip
+    try:
+        return list(ReferenceEvaluator(model).run(None, feeds))
+    except Exception:  # noqa: BLE001 - e.g. the reference's GatherElements on broadcast indices
+        import onnxruntime as ort
+
+        model.ir_version = min(model.ir_version, 10)
+        session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+        return list(session.run(None, {n: np.asarray(v) for n, v in feeds.items()}))
 
 
 def _shape_of(node: Any, shape: tuple[int, ...]) -> np.ndarray:
@@ -74,9 +84,18 @@ def _shape_of(node: Any, shape: tuple[int, ...]) -> np.ndarray:
     return np.array(shape[start:end], dtype=np.int64)
 
 
+def _flatten_as_reshape(node: Any, shape: tuple[int, ...], constants: dict[str, Any]) -> Any:
+    from onnx import helper
+
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 1) % (len(shape) + 1)
+    target = f"{node.output[0]}__flattened_shape"
+    constants[target] = np.array([int(np.prod(shape[:axis])), int(np.prod(shape[axis:]))], dtype=np.int64)
+    return helper.make_node("Reshape", [node.input[0], target], [node.output[0]], name=node.name)
+
+
 def fold_constants(model: Any) -> Any:
     """A copy of ``model`` whose nodes computable from its weights and its static shapes are initializers,
-    and whose inference Dropouts are Identity."""
+    whose inference Dropouts are Identity and whose Flattens are Reshapes to their static shapes."""
     import onnx
     from onnx import numpy_helper
 
@@ -90,10 +109,17 @@ def fold_constants(model: Any) -> Any:
         if node.op_type == "Dropout" and not any(name in read for name in node.output[1:]):
             # inference: Dropout is the identity (its mask unused), whichever opset's spelling the model has
             kept.append(onnx.helper.make_node("Identity", [node.input[0]], [node.output[0]], name=node.name))
+        elif node.op_type == "Flatten" and node.input[0] in shapes:
+            # a Reshape to the static 2-D shape: onnx2torch's Flatten takes every axis for 1
+            kept.append(_flatten_as_reshape(node, shapes[node.input[0]], constants))
         elif node.op_type == "Shape" and node.input[0] in shapes:
             constants[node.output[0]] = _shape_of(node, shapes[node.input[0]])
         elif ready and node.op_type not in NOT_FOLDED and node.domain in ("", "ai.onnx"):
-            values = _evaluate(node, [constants[n] if n else None for n in node.input], model.opset_import)
+            try:
+                values = _evaluate(node, [constants[n] if n else None for n in node.input], model.opset_import)
+            except Exception:  # noqa: BLE001 - the reference cannot compute it here: the module computes it
+                kept.append(node)
+                continue
             constants.update((name, value) for name, value in zip(node.output, values, strict=False) if name)
         else:
             kept.append(node)
