@@ -13,7 +13,7 @@ from pathlib import Path
 from dlbench.config import DlbenchConfig
 from dlbench.core.allocator import allocator_environment
 from dlbench.core.contention import contention_limit
-from dlbench.core.cores import resolve_threads
+from dlbench.core.cores import resolve_threads, thread_environment
 from dlbench.core.interference import InterferenceWatch
 from dlbench.core.process import STDERR_KEEP_BYTES
 from dlbench.core.settings import EXECUTABLE_SETTINGS, default, to_environment
@@ -52,9 +52,8 @@ class RunSettings:
     caches: str = str(default("caches"))
     #: start the executable with the allocator keeping freed memory (:mod:`dlbench.core.allocator`)
     keep_heap: bool = True
-    #: interleaved rounds (:mod:`dlbench.operators.rounds`). A sweep's config asks for ``measure.rounds``
-    #: (default 4); called directly, the runner measures each operation in one block unless asked
-    rounds: int = 1
+    #: interleaved rounds (:mod:`dlbench.operators.rounds`), as ``measure.rounds`` (one operation: one round)
+    rounds: int = int(default("rounds"))
     #: cpu efficiency below which an operation is contended (:mod:`dlbench.core.contention`); 0: never
     contended_below: float = float(default("contended_below"))
 
@@ -62,8 +61,7 @@ class RunSettings:
         """The ``DLBENCH_*`` variables of :mod:`dlbench.core.settings` (and OpenMP's thread count)."""
         keys = [s.key for s in EXECUTABLE_SETTINGS if s.key != "verify"]  # not rounds: the runner's own
         env = to_environment({key: getattr(self, key) for key in keys})
-        if self.threads > 0:
-            env["OMP_NUM_THREADS"] = str(self.threads)
+        env.update(thread_environment(self.threads))
         env.update(allocator_environment(self.keep_heap))
         return env
 

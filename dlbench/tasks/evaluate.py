@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import shutil
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
@@ -38,9 +37,10 @@ from dlbench.analysis.step_run import not_costed_time, ran_params, read_step_pro
 from dlbench.analysis.timeline import gpu_step, host_framework_ms, traced_lanes
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
-from dlbench.core.descriptors import DTYPE_BYTES
 from dlbench.core.device import resolve_device
+from dlbench.core.dtypes import DTYPE_BYTES
 from dlbench.core.errors import ConfigurationError, TaskFailed
+from dlbench.core.folders import fresh_folder
 from dlbench.core.interference import InterferenceReport
 from dlbench.core.values import Measurement, Operation, SweepResult
 from dlbench.onnx import unfold
@@ -244,9 +244,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     device = resolve_device(cfg.device)
     table = match_table(cfg)
     unfold_table = training_unfold_table(cfg)
-    workdir = ctx.output_dir / "evaluate" / bench.name
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    workdir = fresh_folder(ctx.output_dir / "evaluate", bench.name)
     load_start = os.getloadavg()[0]
     if cfg.threads == 0 and load_start > (os.cpu_count() or 1):
         log.warning(

@@ -6,7 +6,6 @@ fails stops the others, so no rank waits forever in a collective."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -14,18 +13,15 @@ from collections import defaultdict
 from pathlib import Path
 
 from dlbench.core.collectives import COLLECTIVE, COLLECTIVE_OP_TYPES
+<<<<<<< HEAD
+from dlbench.core.ranks import free_port
+=======
 from dlbench.core.device import check_ranks_fit
 from dlbench.core.errors import ConfigurationError
+>>>>>>> gpu
 from dlbench.operators.protocol import ProtocolError, output_path_for, read_input, samples_path_for, write_input
 
 WORLD_SIZE_INDEX = COLLECTIVE.index("world_size")
-
-
-def free_port() -> int:
-    """A TCP port nobody listens on now, for rank 0's rendezvous store."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def rank_command(op_type: str, input_path: Path) -> list[str]:

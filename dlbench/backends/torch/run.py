@@ -17,6 +17,7 @@ from dlbench.backends.torch.memory import free_memory, memory_problem, tensor_by
 from dlbench.backends.torch.params import UnsupportedRow
 from dlbench.backends.torch.rotation import cold_footprint, copies_for, rotated
 from dlbench.core.allocator import release_free_heap
+from dlbench.core.cores import resolve_threads
 from dlbench.core.descriptors import DESCRIPTORS
 from dlbench.core.settings import CACHE_STATES, from_environment
 from dlbench.operators.protocol import (
@@ -28,9 +29,6 @@ from dlbench.operators.protocol import (
     samples_path_for,
     samples_rows,
 )
-
-#: torch's own thread count, for ``DLBENCH_THREADS=0`` after a request with another count (a worker serves many)
-LIBRARY_THREADS = torch.get_num_threads()
 
 
 def _memory_fraction_from_env() -> float:
@@ -68,7 +66,7 @@ def main(argv: list[str] | None = None) -> int:
         print(err, file=sys.stderr)
         return 2
     threads = int(run["threads"])
-    torch.set_num_threads(threads if threads > 0 else LIBRARY_THREADS)
+    torch.set_num_threads(resolve_threads(threads))
     device = _device_from_env()
     dtype_name = str(run["dtype"])
     if dtype_name not in DTYPES:
