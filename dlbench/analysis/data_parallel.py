@@ -24,8 +24,6 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dlbench.core.cores import physical_cores
-
 #: DDP's first bucket when bucket_cap_mb is left to its default (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES):
 #: the last layers' gradients leave early; with bucket_cap_mb given, DDP closes the first bucket at that cap
 FIRST_BUCKET_BYTES = 1024 * 1024
@@ -242,21 +240,6 @@ class DataParallelPlan:
     """What a data-parallel prediction measures for a script's report: its DDP buckets (bytes, launch order),
     the all-reduce sizes around them, and the gradients' element counts (DDP's copies)."""
 
-<<<<<<< HEAD
-    parameter_bytes = parameter_bytes_from_facts(params)
-    cap = float(params.get("bucket_cap_mb", 25.0))  # type: ignore[arg-type]
-    buckets = ddp_buckets(parameter_bytes, cap, first_bucket_cap_from_facts(params))
-    measured, _, files = measure_allreduce(
-        registry, device, bracketing_sizes(buckets), world_size, settings, workdir, quiet  # type: ignore[arg-type]
-    )  # fmt: skip
-    copies, copy_files = measure_gradient_copies(
-        registry, device, sorted({b // element_bytes for b in parameter_bytes}), settings, workdir, quiet  # type: ignore[arg-type]
-    )  # fmt: skip
-    for path in (*sweep_paths(files), *copy_files):
-        run.log_artifact(path, "protocol")  # type: ignore[attr-defined]
-    threads = int(params.get("threads", 0) or 0)  # type: ignore[call-overload]
-    hides, reason = communication_hides(overlap_setting, device, world_size, threads, physical_cores())
-=======
     parameter_bytes: tuple[int, ...]
     element_bytes: int
     buckets: tuple[int, ...]
@@ -278,7 +261,6 @@ def predict_data_parallel(
 ) -> tuple[DataParallelStep, list[str]]:  # fmt: skip
     """DDP's step from the measured all-reduce (``allreduce_ms`` by message bytes) and gradient copies
     (``copy_ms`` by elements), against the backward pass of the prediction ``frame``; and its notes."""
->>>>>>> gpu
     step = data_parallel_step(
         backward_ms(frame), plan.buckets, [interpolated_ms(allreduce_ms, b) for b in plan.buckets],
         bucket_copy_ms(plan.parameter_bytes, plan.element_bytes, copy_ms), hides, reason,

@@ -37,6 +37,7 @@ from dlbench.analysis.step_run import not_costed_time, ran_params, read_step_pro
 from dlbench.analysis.timeline import gpu_step, host_framework_ms, traced_lanes
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
+from dlbench.core.cores import physical_cores
 from dlbench.core.device import resolve_device
 from dlbench.core.dtypes import DTYPE_BYTES
 from dlbench.core.errors import ConfigurationError, TaskFailed
@@ -375,7 +376,7 @@ def measure_data_parallel(cfg: DlbenchConfig, ctx: AppContext, registry: Registr
         run.log_artifact(path, "protocol")
     threads = int(ran_with.get("threads", 0) or 0)
     hides, reason = ddp_model.communication_hides(cfg.evaluate.communication_overlap, device, ranks, threads,
-                                                  ddp_model.usable_cores())  # fmt: skip
+                                                  physical_cores())  # fmt: skip
     step, notes = ddp_model.predict_data_parallel(plan, allreduce, copies, frame, hides, reason)
     run.log_table(step.overlap.schedule, "data_parallel_buckets.csv")
     return step, ddp_model.data_parallel_terms(terms, step, ranks, len(plan.parameter_bytes)), notes

@@ -13,12 +13,9 @@ from collections import defaultdict
 from pathlib import Path
 
 from dlbench.core.collectives import COLLECTIVE, COLLECTIVE_OP_TYPES
-<<<<<<< HEAD
-from dlbench.core.ranks import free_port
-=======
 from dlbench.core.device import check_ranks_fit
 from dlbench.core.errors import ConfigurationError
->>>>>>> gpu
+from dlbench.core.ranks import free_port
 from dlbench.operators.protocol import ProtocolError, output_path_for, read_input, samples_path_for, write_input
 
 WORLD_SIZE_INDEX = COLLECTIVE.index("world_size")
