@@ -188,3 +188,10 @@ def test_the_nccl_rank_passes_device_id_only_to_a_torch_that_takes_it(monkeypatc
 
     monkeypatch.setattr(dist, "init_process_group", init_process_group)
     assert bound_device(device) == {}
+
+
+def test_a_ddp_training_with_more_ranks_than_gpus_is_refused_before_it_starts(tmp_path: Path) -> None:
+    done = run_dlbench("+benchmark=mlp_ddp", "task=evaluate", "device=cuda", "world_size=2", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "world_size=2 on device=cuda needs 2 GPUs" in done.stderr and "Traceback" not in done.stderr
+    assert not list(tmp_path.rglob("batch_*_ops.csv")), "no rank was started"
