@@ -19,6 +19,7 @@ from dlbench.core.process import ProcessResult, run_command
 from dlbench.core.values import Measurement, Operation, TimeStats
 from dlbench.operators.align import AlignmentError, align_operation, misfit
 from dlbench.operators.embedded import is_embedded, run_embedded
+from dlbench.operators.footprint_file import footprints_path_for, write_footprints
 from dlbench.operators.node_file import nodes_path_for, write_nodes
 from dlbench.operators.protocol import ProtocolError, ids_written, parse_output, read_samples, write_input
 from dlbench.operators.registry import OperatorBenchmark
@@ -77,6 +78,9 @@ def invoke_once(
     if benchmark.node_file:  # the executable reads each operation's ONNX node beside the input
         aligned = {op_id for op_id, _ in rows}
         write_nodes(nodes_path_for(files.input_csv), [op for op in operations if op.id in aligned])
+    if getattr(settings, "caches", "") == "step":  # each operation's footprint in its step, beside the input
+        aligned = {op_id for op_id, _ in rows}
+        write_footprints(footprints_path_for(files.input_csv), [op for op in operations if op.id in aligned])
     files.output_csv.unlink(missing_ok=True)
     command = [*benchmark.command, str(files.input_csv)]
     interrupted, interrupt, start_error = False, "", ""

@@ -42,7 +42,7 @@ from typing import Any
 from dlbench.core.contention import contended
 from dlbench.core.values import Measurement, TimeStats
 from dlbench.operators.protocol import SAMPLES_HEADER, output_header, output_row, samples_rows, write_input
-from dlbench.operators.reference import Drift
+from dlbench.operators.reference import Drift, consensus_pct
 
 #: settings divided between the rounds; the rest (warm-up, target_rel_ci, threads...) stay as they are
 DIVIDED = ("min_reps", "max_reps", "min_time_s", "max_time_s", "op_budget_s")
@@ -180,7 +180,9 @@ def probe_report(probe_ms: Mapping[str, Sequence[float]], measurements: Mapping[
     if not readings:
         return {}
     drift = Drift({n: v[0] for n, v in readings.items()}, {n: v[-1] for n, v in readings.items()})
-    moves = [(v_i / v[0] - 1.0) * 100.0 for v in readings.values() for v_i in v[1:] if v[0] > 0]
+    # at each reading, the move every reference agrees on (one reference alone moving is its reading's noise)
+    count = min(len(v) for v in readings.values())
+    moves = [consensus_pct((v[i] / v[0] - 1.0) * 100.0 for v in readings.values() if v[0] > 0) for i in range(1, count)]
     largest = max(moves, key=abs) if moves else math.nan
     metrics = {**drift.metrics(), "machine_drift_max_pct": largest}
     spreads = [m.stats.rel_ci for m in measurements.values() if m.ok and m.stats and m.stats.rel_ci is not None]
