@@ -145,29 +145,60 @@ def reuse_distances(
     A tensor written is taken to land in the memory it had one step before (a steady step allocates the same
     blocks in the same order), so its distance counts from its last touch then, as a read's does."""
     working_set = sum(sizes.get(t, 0) for t in {t for e in events for t in e.reads + e.writes})
-    recency: dict[str, None] = {}
+    touches = _Touches(steps * sum(len(e.reads) + len(e.writes) for e in events))
     distances: dict[tuple[str, str], dict[str, int]] = {}
     for step in range(steps):
         for event in events:
             seen: dict[str, int] = {}
             for tensor in event.reads + event.writes:
-                if tensor in seen:
-                    continue
-                if tensor in recency:
-                    between = 0
-                    for other in reversed(recency):
-                        if other == tensor:
-                            break
-                        between += sizes.get(other, 0)
-                    seen[tensor] = between
-                else:
-                    seen[tensor] = working_set
+                if tensor not in seen:
+                    seen[tensor] = touches.since(tensor, working_set)
             for tensor in event.reads + event.writes:
-                recency.pop(tensor, None)
-                recency[tensor] = None
+                touches.touch(tensor, sizes.get(tensor, 0))
             if step == steps - 1:
                 distances[event.key] = seen
     return distances
+
+
+class _Touches:
+    """A least-recently-used stack of tensors as a Fenwick tree over touch times: each tensor's bytes sit at
+    the time of its last touch, so the bytes touched since a tensor's last touch are a suffix sum (log time,
+    where scanning the stack would take the stack's length for every read of a large graph)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.tree = [0] * (capacity + 1)
+        self.last: dict[str, tuple[int, int]] = {}  # tensor -> (time of its last touch, its bytes)
+        self.now = 0
+        self.total = 0
+
+    def _add(self, index: int, value: int) -> None:
+        while index < len(self.tree):
+            self.tree[index] += value
+            index += index & -index
+
+    def _prefix(self, index: int) -> int:
+        out = 0
+        while index > 0:
+            out += self.tree[index]
+            index -= index & -index
+        return out
+
+    def since(self, tensor: str, unseen: int) -> int:
+        """Bytes of the other tensors touched since ``tensor`` was last touched (``unseen`` if never)."""
+        if tensor not in self.last:
+            return unseen
+        at, _ = self.last[tensor]
+        return self.total - self._prefix(at)
+
+    def touch(self, tensor: str, size: int) -> None:
+        if tensor in self.last:
+            at, old = self.last[tensor]
+            self._add(at, -old)
+            self.total -= old
+        self.now += 1
+        self._add(self.now, size)
+        self.total += size
+        self.last[tensor] = (self.now, size)
 
 
 def event_footprints(
