@@ -11,11 +11,13 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from dlbench.core.change_rules import CONFIDENCE, NOISE_THRESHOLD, RESAMPLES, compare_problem
+from dlbench.core.dtypes import DTYPES
+from dlbench.core.resolvers import register_resolvers
 from dlbench.core.settings import CACHE_STATES, FP32_MATHS, default
 
 TASKS = ("run", "list", "extract", "benchmark_model", "evaluate", "compare", "gc")
 DEVICES = ("cpu", "cuda", "auto")
-DTYPES = ("float32", "float16", "bfloat16")
 BENCHMARK_KINDS = ("operator", "training", "roofline")
 
 
@@ -218,7 +220,7 @@ class RooflineConfig:
     stream_mib: int = 256
     #: dtypes whose GEMM peak is measured; those the device cannot run are skipped and reported. float32 on a GPU
     #: with TF32 tensor cores is measured twice: IEEE (peak ``float32``) and TF32 (peak ``tf32``)
-    dtypes: list[str] = field(default_factory=lambda: ["float32", "float16", "bfloat16"])
+    dtypes: list[str] = field(default_factory=lambda: list(DTYPES))
     #: seconds each kernel is repeated for (after one warm-up call), at least ``min_reps`` times
     min_time_s: float = 1.0
     min_reps: int = 3
@@ -250,10 +252,20 @@ class CompareConfig:
     #: only runs of these kinds (tag dlbench.kind); empty: operator sweeps, evaluations and rooflines
     kinds: list[str] = field(default_factory=list)
     max_runs: int = 1000
+    baseline: str = ""  # side A: a run id or name, a system (or part of it), or key:value; empty: no changes
+    candidate: str = ""  # side B, as baseline; empty: every other run found
+    threshold: float = NOISE_THRESHOLD  # a change within +-threshold is `same` (core/change_rules.py)
+    confidence: float = CONFIDENCE
+    resamples: int = RESAMPLES  # bootstrap resamples per interval; the same seed gives the same intervals
+    seed: int = 0
+    fail_on: str = ""  # exit 1 when an operation or total is slower, faster or changed (either); empty: never
 
     def __post_init__(self) -> None:
         if self.max_runs < 1:
             raise ValueError(f"compare.max_runs must be >= 1, got {self.max_runs}")
+        problem = compare_problem(self.threshold, self.confidence, self.resamples, self.fail_on, self.baseline)
+        if problem:
+            raise ValueError(problem)
 
 
 def _open_dict() -> Any:
@@ -370,16 +382,6 @@ class DlbenchConfig:
                 raise ValueError(f"dims.{name}={size!r}: a dimension is a whole number >= 1, e.g. dims.{name}=128")
         if self.task == "run" and self.benchmark is None:
             raise ValueError("nothing to run: choose a benchmark, e.g. `python -m dlbench +benchmark=conv`")
-
-
-def register_resolvers() -> None:
-    """``${mul:a,b}`` for shapes derived from the batch size (e.g. tokens = batch x sequence)."""
-    import math
-
-    from omegaconf import OmegaConf
-
-    if not OmegaConf.has_resolver("mul"):
-        OmegaConf.register_new_resolver("mul", lambda *factors: math.prod(int(f) for f in factors))
 
 
 def register_configs() -> None:

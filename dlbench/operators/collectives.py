@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dlbench.core.costs import operation_cost
+from dlbench.core.device import check_ranks_fit
 from dlbench.core.errors import TaskFailed
 from dlbench.core.glue import BUCKET_VIEW_MODE
 from dlbench.core.values import Operation, SweepResult
@@ -37,7 +38,9 @@ def measure_allreduce(
     registry: Registry, device: str, sizes: Sequence[int], world_size: int, settings: RunSettings, workdir: Path,
     quiet: bool,
 ) -> tuple[dict[int, float], SweepResult, SweepFiles]:  # fmt: skip
-    """Median ms per message size (sizes whose row failed are left out), the sweep result and its files."""
+    """Median ms per message size (sizes whose row failed are left out), the sweep result and its files; a
+    :class:`ConfigurationError` before any rank starts when NCCL would put two ranks on one GPU."""
+    check_ranks_fit([world_size], device)
     entries = [e for e in registry.serving(ALLREDUCE, device=device) if not e.unavailable_reason]
     if not entries:
         raise TaskFailed(f"no {ALLREDUCE} benchmark for {device} is registered (conf/registry/collectives_*.yaml)")

@@ -9,7 +9,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -44,6 +44,8 @@ class Invocation:
     run_errors: list[str]
     interrupted: bool = False
     interrupt: str = ""
+    #: the host ms of issuing one call, by id, where the program wrote the protocol's launch column
+    launch: dict[int, float] = field(default_factory=dict)
 
 
 def align_rows(
@@ -109,6 +111,7 @@ def invoke_once(
     problems_by_id: dict[int, list[str]] = {}
     samples: dict[int, list[float]] = {}
     efficiency: dict[int, float | None] = dict(cpu_watch.efficiency)
+    launch: dict[int, float] = {}
     try:
         parsed = parse_output(
             files.output_csv, expected, target_rel_ci=settings.target_rel_ci, asked_reps=settings.min_reps
@@ -116,6 +119,7 @@ def invoke_once(
         parsed_rows, problems = dict(parsed.rows), list(parsed.problems)
         problems_by_id = {k: list(v) for k, v in parsed.problems_by_id.items()}
         efficiency.update(parsed.cpu_efficiency)  # the program's own reading of its timed calls comes first
+        launch = dict(parsed.launch_ms)
         if parsed.samples_path is not None:
             samples = read_samples(parsed.samples_path, parsed_rows)[0]
     except ProtocolError as err:
@@ -136,7 +140,8 @@ def invoke_once(
     if run_errors and process.stderr.strip() and not interrupted:
         run_errors[0] += f" (its stderr: {files.stderr_txt})"
     good = {i: st for i, st in parsed_rows.items() if i not in failures and i not in problems_by_id}
-    return Invocation(process, good, samples, efficiency, failures, run_errors, interrupted, interrupt)
+    launch = {i: ms for i, ms in launch.items() if i in good}
+    return Invocation(process, good, samples, efficiency, failures, run_errors, interrupted, interrupt, launch)
 
 
 def _size(path: Path) -> int:

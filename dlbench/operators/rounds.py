@@ -83,6 +83,15 @@ class RoundResult:
     stats: TimeStats
     samples: tuple[float, ...] = ()
     cpu_efficiency: float | None = None
+    #: the median host ms of issuing one call, where the program wrote the protocol's launch column
+    launch_ms: float | None = None
+
+
+def combined_launch_ms(used: Sequence[RoundResult]) -> float | None:
+    """The host ms of issuing one call over the rounds a measurement is made of: the median of their medians
+    (None when no round wrote a launch column)."""
+    known = [r.launch_ms for r in used if r.launch_ms is not None]
+    return statistics.median(known) if known else None
 
 
 def kept_rounds(results: Sequence[RoundResult], limit: float) -> list[RoundResult]:
@@ -211,7 +220,8 @@ def write_combined(
     seed: int,
 ) -> None:
     """The protocol's files of a sweep measured in rounds, as if one invocation had written them: the input
-    in the operations' order, the statistics (``_out.csv``) and the samples they were computed from, and
+    in the operations' order, the statistics (``_out.csv``, with the launch column where a round wrote one:
+    the GPU timeline's host times) and the samples they were computed from, and
     ``_rounds.csv`` with every round of every operation (its place in the round's order, median, cpu
     efficiency, whether it was kept); each round's own files stay beside them."""
     write_input(files.input_csv, rows)
@@ -221,7 +231,8 @@ def write_combined(
         files.samples_csv.open("w", encoding="utf-8") as samples,
         files.rounds_csv.open("w", encoding="utf-8") as table,
     ):
-        out.write(output_header())
+        launch = any(r.launch_ms is not None for found in results.values() for r in found)
+        out.write(output_header(launch=launch))
         samples.write(SAMPLES_HEADER)
         table.write(f"# interleaving seed {seed}\nid,round,position,median_ms,reps,cpu_efficiency,kept\n")
         for op_id, _ in rows:
@@ -229,7 +240,8 @@ def write_combined(
             used = used_rounds(found, again.get(op_id), limit) if found else []
             m = measurements[op_id]
             if m.stats is not None and m.error == "":
-                out.write(output_row(op_id, m.stats, cpu_efficiency=m.cpu_efficiency))
+                issuing = combined_launch_ms(used) if launch else False
+                out.write(output_row(op_id, m.stats, cpu_efficiency=m.cpu_efficiency, launch_ms=issuing))
                 samples.write(samples_rows(op_id, [s for r in used for s in r.samples]))
             for r in [*found, *([again[op_id]] if op_id in again else [])]:
                 cells = [op_id, r.round + 1 if r is not again.get(op_id) else "again", r.position + 1,

@@ -11,15 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import shutil
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import asdict, replace
 
 import pandas as pd
 
+from dlbench.analysis import data_parallel as ddp_model
 from dlbench.analysis import match
-from dlbench.analysis.data_parallel import measured_scaling_metrics, predict_data_parallel
 from dlbench.analysis.evaluation import Evaluation, log_evaluation, print_evaluation
 from dlbench.analysis.match import match_profile
 from dlbench.analysis.predict import (
@@ -33,16 +30,17 @@ from dlbench.analysis.predict import (
     prediction_terms,
 )
 from dlbench.analysis.report import log_workload
-from dlbench.analysis.results import interference_record
+from dlbench.analysis.results import MachineRecord, interference_record
 from dlbench.analysis.step_run import not_costed_time, ran_params, read_step_profile, step_run
 from dlbench.analysis.timeline import gpu_step, host_framework_ms, traced_lanes
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
-from dlbench.core.descriptors import DTYPE_BYTES
+from dlbench.core.cores import physical_cores
 from dlbench.core.device import resolve_device
+from dlbench.core.dtypes import DTYPE_BYTES
 from dlbench.core.errors import ConfigurationError, TaskFailed
-from dlbench.core.interference import InterferenceReport
-from dlbench.core.values import Measurement, Operation, SweepResult
+from dlbench.core.folders import fresh_folder
+from dlbench.core.values import Measurement, Operation
 from dlbench.onnx import unfold
 from dlbench.onnx.errors import ExtractionError
 from dlbench.onnx.extract import extract_operations
@@ -50,7 +48,9 @@ from dlbench.onnx.footprint import placed_step
 from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.patterns import fuse_exported_gelus
 from dlbench.onnx.step import graph_facts, training_step, with_dtype_costs
+from dlbench.operators.collectives import measure_allreduce, measure_gradient_copies, sweep_paths
 from dlbench.operators.footprint_file import with_rotation_columns
+from dlbench.operators.launch import FRAMEWORK_OUT, read_launch_ms
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import model_coverage, plan_benchmarks
 from dlbench.operators.reference import (
@@ -63,7 +63,7 @@ from dlbench.operators.reference import (
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
 from dlbench.tracking.runs import job_run_name, open_run
-from dlbench.training.facts import effective_params
+from dlbench.training.facts import effective_params, script_params
 from dlbench.training.profile import BATCHES_FILE
 from dlbench.training.scripts import (
     MIN_STEADY_STEPS,
@@ -96,24 +96,6 @@ def match_table(cfg: DlbenchConfig):
     if node.operators:
         return match.load_table({"operators": node.operators, "framework": node.framework, "training": node.training})
     return match.load_table()
-
-
-@dataclass
-class MachineRecord:
-    """What else the machine did while each benchmark of the evaluation measured: the reports, and per
-    operation whether its time was taken on a busy machine. The run's ``dlbench.noisy`` follows each report
-    (a run that fails later keeps it)."""
-
-    run: Any
-    reports: list[tuple[str, InterferenceReport]] = field(default_factory=list)
-    busy: dict[int, bool] = field(default_factory=dict)
-
-    def add(self, name: str, result: SweepResult, operations: Sequence[Operation]) -> None:
-        if result.interference is not None:
-            self.reports.append((name, result.interference))
-            for op in operations:
-                self.busy[op.id] = bool(result.interference.operation_columns(op.id)["machine_busy"])
-            self.run.set_tags(interference_record(self.reports)[1])
 
 
 def measure_step(
@@ -254,9 +236,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     device = resolve_device(cfg.device)
     table = match_table(cfg)
     unfold_table = training_unfold_table(cfg)
-    workdir = ctx.output_dir / "evaluate" / bench.name
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    workdir = fresh_folder(ctx.output_dir / "evaluate", bench.name)
     load_start = os.getloadavg()[0]
     if cfg.threads == 0 and load_start > (os.cpu_count() or 1):
         log.warning(
@@ -317,7 +297,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         framework_ms = measure_framework(bench_cfg, ctx, registry, device, run, machine)
         frame["machine_busy"] = frame["id"].map(machine.busy)
         if device == "cuda":  # the framework's cost is the host's: its issuing time, not the events' span
-            framework_ms = host_framework_ms(ctx.output_dir / "protocol", framework_ms)
+            framework_ms = host_framework_ms(read_launch_ms(ctx.output_dir / "protocol", FRAMEWORK_OUT), framework_ms)
         bracket: dict[str, float] = {}
         if cfg.evaluate.bracket:
             log.info("training %s again after the benchmarks (evaluate.bracket)", entry.name)
@@ -329,21 +309,22 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         layout = len(extraction.layout_nodes)
         terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, layout, framework_ms))
         ran_with = effective_params(trained.facts)
-        data_parallel: dict[str, float] = {}
-        data_parallel_notes: list[str] = []
+        single_terms, data_parallel, dp_notes = terms, {}, []
+        world_size = int(ran_with.get("world_size", cfg.world_size))
         if "bucket_cap_mb" in ran_with:  # a DistributedDataParallel script: its gradient all-reduce too
-            world_size = int(ran_with.get("world_size", cfg.world_size))
-            terms, data_parallel, data_parallel_notes = predict_data_parallel(
-                registry, device, run_settings(bench_cfg, device), ctx.output_dir / "protocol", cfg.quiet, run,
-                ran_with, world_size, frame, terms, cfg.evaluate.communication_overlap, DTYPE_BYTES.get(cfg.dtype, 4),
-            )  # fmt: skip
+            ddp, terms, dp_notes = measure_data_parallel(bench_cfg, ctx, registry, run, ran_with, frame, terms,
+                                                         world_size)  # fmt: skip
+        coverage = model_coverage(extraction, plan.served_types)
+        timeline = single = None
+        if device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
+            launch, dispatch = read_launch_ms(ctx.output_dir / "protocol"), framework_ms.get("dispatch", 0.0)
+            timeline, single = (gpu_step(frame, t, launch, folded, dispatch) for t in (terms, single_terms))
+        if dp_notes:  # the single-process and data-parallel steps from the same step model
+            pairs = ((single, single_terms), (timeline, terms))
+            steps = [t.step_us / 1e3 if t else float(x["ms"].sum()) for t, x in pairs]
+            data_parallel = ddp_model.data_parallel_metrics(*steps, ddp, world_size)
             if cfg.evaluate.single_process and world_size > 1:
                 data_parallel.update(single_process_scaling(cfg, registry, workdir / "single", measured_ms))
-        coverage = model_coverage(extraction, plan.served_types)
-        timeline = None
-        if device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
-            timeline = gpu_step(frame, terms, ctx.output_dir / "protocol", profile["name"],
-                                framework_ms.get("dispatch", 0.0))  # fmt: skip
         metrics = prediction_metrics(frame, matched, measured_ms, profiled_ms, terms,
                                      timeline.step_us / 1e3 if timeline else None)  # fmt: skip
         if timeline is not None:
@@ -363,7 +344,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         not_costed_notes, not_costed_metrics = not_costed_time(step.not_costed, profile, profiled_ms)
         notes += not_costed_notes
         metrics.update(not_costed_metrics)
-        notes += data_parallel_notes
+        notes += dp_notes
         drift_note = drift.note()
         if drift_note:
             notes.append(drift_note)
@@ -380,6 +361,23 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     return 0
 
 
+def measure_data_parallel(cfg: DlbenchConfig, ctx: AppContext, registry: Registry, run, ran_with, frame, terms, ranks):
+    """DDP's step, the terms with its copies and all-reduce added, and notes: the all-reduce measured around each
+    bucket, the copies by Mul at each parameter's size; their protocol files and bucket schedule logged."""
+    device, plan = resolve_device(cfg.device), ddp_model.DataParallelPlan.of(ran_with, DTYPE_BYTES.get(cfg.dtype, 4))
+    settings, workdir = run_settings(cfg, device), ctx.output_dir / "protocol"
+    allreduce, _, files = measure_allreduce(registry, device, plan.allreduce_sizes, ranks, settings, workdir, cfg.quiet)
+    copies, copy_files = measure_gradient_copies(registry, device, plan.copy_elements, settings, workdir, cfg.quiet)
+    for path in (*sweep_paths(files), *copy_files):
+        run.log_artifact(path, "protocol")
+    threads = int(ran_with.get("threads", 0) or 0)
+    hides, reason = ddp_model.communication_hides(cfg.evaluate.communication_overlap, device, ranks, threads,
+                                                  physical_cores())  # fmt: skip
+    step, notes = ddp_model.predict_data_parallel(plan, allreduce, copies, frame, hides, reason)
+    run.log_table(step.overlap.schedule, "data_parallel_buckets.csv")
+    return step, ddp_model.data_parallel_terms(terms, step, ranks, len(plan.parameter_bytes)), notes
+
+
 def single_process_scaling(
     cfg: DlbenchConfig, registry: Registry, workdir, data_parallel_ms: float
 ) -> dict[str, float]:
@@ -389,9 +387,4 @@ def single_process_scaling(
     entry, arguments = training_entry(replace(cfg, world_size=1), registry)
     single = run_training(cfg, entry, arguments, workdir)
     single_ms, _, _ = measured_step_ms(pd.read_csv(single.profile_dir / BATCHES_FILE), cfg.profile.warmup)
-    return measured_scaling_metrics(single_ms, data_parallel_ms)
-
-
-def script_params(facts: dict, already: dict[str, object]) -> dict[str, object]:
-    """What the script ran with (reported, else observed), minus names dlbench already logged itself."""
-    return {k: v for k, v in effective_params(facts).items() if k not in already}
+    return ddp_model.measured_scaling_metrics(single_ms, data_parallel_ms)

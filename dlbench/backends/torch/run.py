@@ -17,6 +17,7 @@ from dlbench.backends.torch.memory import free_memory, memory_problem, tensor_by
 from dlbench.backends.torch.params import UnsupportedRow
 from dlbench.backends.torch.rotation import cold_footprint, copies_for, rotated, row_footprint
 from dlbench.core.allocator import release_free_heap
+from dlbench.core.cores import resolve_threads
 from dlbench.core.descriptors import DESCRIPTORS
 from dlbench.core.settings import CACHE_STATES, from_environment
 from dlbench.operators.footprint_file import (
@@ -35,9 +36,6 @@ from dlbench.operators.protocol import (
     samples_path_for,
     samples_rows,
 )
-
-#: torch's own thread count, for ``DLBENCH_THREADS=0`` after a request with another count (a worker serves many)
-LIBRARY_THREADS = torch.get_num_threads()
 
 
 def _memory_fraction_from_env() -> float:
@@ -70,8 +68,7 @@ def _configure() -> tuple[torch.dtype, str] | None:
     except ValueError as err:
         print(err, file=sys.stderr)
         return None
-    threads = int(run["threads"])
-    torch.set_num_threads(threads if threads > 0 else LIBRARY_THREADS)
+    torch.set_num_threads(resolve_threads(int(run["threads"])))
     dtype_name = str(run["dtype"])
     if dtype_name not in DTYPES:
         print(f"DLBENCH_DTYPE={dtype_name!r}: use one of {', '.join(DTYPES)}", file=sys.stderr)
