@@ -11,15 +11,12 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import shutil
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
-from typing import Any
+from dataclasses import asdict, replace
 
 import pandas as pd
 
+from dlbench.analysis import data_parallel as ddp_model
 from dlbench.analysis import match
-from dlbench.analysis.data_parallel import measured_scaling_metrics, predict_data_parallel
 from dlbench.analysis.evaluation import Evaluation, log_evaluation, print_evaluation
 from dlbench.analysis.match import match_profile
 from dlbench.analysis.predict import (
@@ -33,29 +30,40 @@ from dlbench.analysis.predict import (
     prediction_terms,
 )
 from dlbench.analysis.report import log_workload
-from dlbench.analysis.results import interference_record
+from dlbench.analysis.results import MachineRecord, interference_record
 from dlbench.analysis.step_run import not_costed_time, ran_params, read_step_profile, step_run
 from dlbench.analysis.timeline import gpu_step, host_framework_ms, traced_lanes
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
-from dlbench.core.descriptors import DTYPE_BYTES
+from dlbench.core.cores import physical_cores
 from dlbench.core.device import resolve_device
+from dlbench.core.dtypes import DTYPE_BYTES
 from dlbench.core.errors import ConfigurationError, TaskFailed
-from dlbench.core.interference import InterferenceReport
-from dlbench.core.values import Measurement, Operation, SweepResult
+from dlbench.core.folders import fresh_folder
+from dlbench.core.values import Measurement, Operation
 from dlbench.onnx import unfold
 from dlbench.onnx.errors import ExtractionError
 from dlbench.onnx.extract import extract_operations
+from dlbench.onnx.footprint import placed_step
 from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.patterns import fuse_exported_gelus
 from dlbench.onnx.step import graph_facts, training_step, with_dtype_costs
+from dlbench.operators.collectives import measure_allreduce, measure_gradient_copies, sweep_paths
+from dlbench.operators.footprint_file import with_rotation_columns
+from dlbench.operators.launch import FRAMEWORK_OUT, read_launch_ms
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import model_coverage, plan_benchmarks
-from dlbench.operators.reference import GPU_WARMUP_ROUNDS, Drift, reference_benchmarks, reference_medians
+from dlbench.operators.reference import (
+    WARMUP_ROUNDS,
+    Drift,
+    probe_settings,
+    reference_benchmarks,
+    reference_medians,
+)
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
 from dlbench.tracking.runs import job_run_name, open_run
-from dlbench.training.facts import effective_params
+from dlbench.training.facts import effective_params, script_params
 from dlbench.training.profile import BATCHES_FILE
 from dlbench.training.scripts import (
     MIN_STEADY_STEPS,
@@ -90,24 +98,6 @@ def match_table(cfg: DlbenchConfig):
     return match.load_table()
 
 
-@dataclass
-class MachineRecord:
-    """What else the machine did while each benchmark of the evaluation measured: the reports, and per
-    operation whether its time was taken on a busy machine. The run's ``dlbench.noisy`` follows each report
-    (a run that fails later keeps it)."""
-
-    run: Any
-    reports: list[tuple[str, InterferenceReport]] = field(default_factory=list)
-    busy: dict[int, bool] = field(default_factory=dict)
-
-    def add(self, name: str, result: SweepResult, operations: Sequence[Operation]) -> None:
-        if result.interference is not None:
-            self.reports.append((name, result.interference))
-            for op in operations:
-                self.busy[op.id] = bool(result.interference.operation_columns(op.id)["machine_busy"])
-            self.run.set_tags(interference_record(self.reports)[1])
-
-
 def measure_step(
     cfg: DlbenchConfig, ctx: AppContext, operations, device: str, run, machine: MachineRecord
 ) -> tuple[dict, dict, object]:
@@ -133,6 +123,10 @@ def measure_step(
         for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
             if path is not None and path.exists():
                 run.log_artifact(path, "protocol")
+        for path in sorted(workdir.glob(f"{entry.name}_evaluate*_footprints.csv")) + sorted(
+            workdir.glob(f"{entry.name}_evaluate*_rotation.csv")
+        ):  # the cache state each row was timed in
+            run.log_artifact(path, "protocol")
         machine.add(entry.name, result, ops)
         if result.interrupted:
             raise KeyboardInterrupt(f"{entry.name} was interrupted")
@@ -171,15 +165,15 @@ def measure_framework(
 def measure_reference(
     cfg: DlbenchConfig, ctx: AppContext, registry: Registry, device: str, when: str
 ) -> dict[str, float]:
-    """Median ms of the reference operations (:mod:`dlbench.operators.reference`) now, with PyTorch's kernels
-    and the benchmarks' settings; those without a torch benchmark here are left out. On a GPU: device-bound
-    sizes, timed with CUDA events after a round that brings the clocks up from idle."""
+    """Median ms of the reference operations (:mod:`dlbench.operators.reference`) now, with PyTorch's kernels,
+    the benchmarks' settings and hot caches, after an untimed round; those without a torch benchmark here are
+    left out. On a GPU: device-bound sizes, timed with CUDA events."""
     medians: dict[str, float] = {}
-    rounds = (GPU_WARMUP_ROUNDS if device == "cuda" else 0) + 1
+    settings = probe_settings(run_settings(cfg, device))
     for entry, op in reference_benchmarks(registry, device):
-        for _ in range(rounds):  # the last round counts
+        for _ in range(WARMUP_ROUNDS + 1):  # the last round counts
             result, _ = measure_with_progress(
-                entry, [op], run_settings(cfg, device), ctx.output_dir / "protocol", f"{op.name}_{when}", True
+                entry, [op], settings, ctx.output_dir / "protocol", f"{op.name}_{when}", True
             )  # a stem per operation: the GEMM's and the convolution's protocol files stay apart
             if result.interrupted:
                 raise KeyboardInterrupt(f"{entry.name} was interrupted")
@@ -219,9 +213,9 @@ def evaluation_params(cfg: DlbenchConfig, entry, device: str, table, unfold_tabl
 
 def with_evaluation_caches(cfg: DlbenchConfig) -> DlbenchConfig:
     """The config the evaluation measures with: ``measure.caches`` is ``evaluate.caches`` (and logged so)."""
-    if cfg.evaluate.caches == "cold" and cfg.backend != "torch":
+    if cfg.evaluate.caches != "hot" and cfg.backend != "torch":
         raise ConfigurationError(
-            f"backend={cfg.backend} times its kernels with hot caches only, and evaluate.caches=cold (the default) "
+            f"backend={cfg.backend} times its kernels with hot caches only, and evaluate.caches={cfg.evaluate.caches} "
             "needs the embedded torch kernels: add evaluate.caches=hot, or use backend=torch"
         )
     return replace(cfg, measure=replace(cfg.measure, caches=cfg.evaluate.caches))
@@ -242,9 +236,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     device = resolve_device(cfg.device)
     table = match_table(cfg)
     unfold_table = training_unfold_table(cfg)
-    workdir = ctx.output_dir / "evaluate" / bench.name
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    workdir = fresh_folder(ctx.output_dir / "evaluate", bench.name)
     load_start = os.getloadavg()[0]
     if cfg.threads == 0 and load_start > (os.cpu_count() or 1):
         log.warning(
@@ -285,6 +277,9 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         facts = graph_facts(trained.model_path, batch_size).with_inferred_outputs(extraction.nodes)
         ran = step_run(trained.facts, profile, folded)  # the loss and optimizer the script ran
         step = training_step(forward, unfolding, facts, table.training, DTYPE_BYTES.get(cfg.dtype, 4), ran)
+        placed = None
+        if cfg.evaluate.caches == "step":  # each operation's footprint in this step decides its cache state
+            step, placed = placed_step(step, unfolding, extraction.nodes, facts, DTYPE_BYTES.get(cfg.dtype, 4))
         run.set_tags({"dlbench.model_sha256": extraction.sha256})
         log_workload(run, step.operations, f"{bench.name}-training-step", str(trained.model_path))
         run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations), **ran_params(ran)})
@@ -298,10 +293,11 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         }
         matched = match_profile(profile, step.operations, step.passes, table, weights)
         frame = prediction_frame(step, measurements, implementations, matched.assigned_us)
+        frame = with_rotation_columns(frame, step.operations, ctx.output_dir / "protocol", "_evaluate")
         framework_ms = measure_framework(bench_cfg, ctx, registry, device, run, machine)
         frame["machine_busy"] = frame["id"].map(machine.busy)
         if device == "cuda":  # the framework's cost is the host's: its issuing time, not the events' span
-            framework_ms = host_framework_ms(ctx.output_dir / "protocol", framework_ms)
+            framework_ms = host_framework_ms(read_launch_ms(ctx.output_dir / "protocol", FRAMEWORK_OUT), framework_ms)
         bracket: dict[str, float] = {}
         if cfg.evaluate.bracket:
             log.info("training %s again after the benchmarks (evaluate.bracket)", entry.name)
@@ -313,21 +309,22 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         layout = len(extraction.layout_nodes)
         terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, layout, framework_ms))
         ran_with = effective_params(trained.facts)
-        data_parallel: dict[str, float] = {}
-        data_parallel_notes: list[str] = []
+        single_terms, data_parallel, dp_notes = terms, {}, []
+        world_size = int(ran_with.get("world_size", cfg.world_size))
         if "bucket_cap_mb" in ran_with:  # a DistributedDataParallel script: its gradient all-reduce too
-            world_size = int(ran_with.get("world_size", cfg.world_size))
-            terms, data_parallel, data_parallel_notes = predict_data_parallel(
-                registry, device, run_settings(bench_cfg, device), ctx.output_dir / "protocol", cfg.quiet, run,
-                ran_with, world_size, frame, terms, cfg.evaluate.communication_overlap, DTYPE_BYTES.get(cfg.dtype, 4),
-            )  # fmt: skip
+            ddp, terms, dp_notes = measure_data_parallel(bench_cfg, ctx, registry, run, ran_with, frame, terms,
+                                                         world_size)  # fmt: skip
+        coverage = model_coverage(extraction, plan.served_types)
+        timeline = single = None
+        if device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
+            launch, dispatch = read_launch_ms(ctx.output_dir / "protocol"), framework_ms.get("dispatch", 0.0)
+            timeline, single = (gpu_step(frame, t, launch, folded, dispatch) for t in (terms, single_terms))
+        if dp_notes:  # the single-process and data-parallel steps from the same step model
+            pairs = ((single, single_terms), (timeline, terms))
+            steps = [t.step_us / 1e3 if t else float(x["ms"].sum()) for t, x in pairs]
+            data_parallel = ddp_model.data_parallel_metrics(*steps, ddp, world_size)
             if cfg.evaluate.single_process and world_size > 1:
                 data_parallel.update(single_process_scaling(cfg, registry, workdir / "single", measured_ms))
-        coverage = model_coverage(extraction, plan.served_types)
-        timeline = None
-        if device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
-            timeline = gpu_step(frame, terms, ctx.output_dir / "protocol", profile["name"],
-                                framework_ms.get("dispatch", 0.0))  # fmt: skip
         metrics = prediction_metrics(frame, matched, measured_ms, profiled_ms, terms,
                                      timeline.step_us / 1e3 if timeline else None)  # fmt: skip
         if timeline is not None:
@@ -341,12 +338,13 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         metrics.update(bracket)
         metrics.update(interference_record(machine.reports)[0])
         metrics.update(threads.metrics())
-        notes = thread_notes + fused_notes + list(step.notes)
+        metrics.update({"step_working_set_bytes": placed.working_set_bytes} if placed else {})
+        notes = thread_notes + fused_notes + list(step.notes) + (placed.run_notes() if placed else [])
         notes += [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
         not_costed_notes, not_costed_metrics = not_costed_time(step.not_costed, profile, profiled_ms)
         notes += not_costed_notes
         metrics.update(not_costed_metrics)
-        notes += data_parallel_notes
+        notes += dp_notes
         drift_note = drift.note()
         if drift_note:
             notes.append(drift_note)
@@ -363,6 +361,23 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     return 0
 
 
+def measure_data_parallel(cfg: DlbenchConfig, ctx: AppContext, registry: Registry, run, ran_with, frame, terms, ranks):
+    """DDP's step, the terms with its copies and all-reduce added, and notes: the all-reduce measured around each
+    bucket, the copies by Mul at each parameter's size; their protocol files and bucket schedule logged."""
+    device, plan = resolve_device(cfg.device), ddp_model.DataParallelPlan.of(ran_with, DTYPE_BYTES.get(cfg.dtype, 4))
+    settings, workdir = run_settings(cfg, device), ctx.output_dir / "protocol"
+    allreduce, _, files = measure_allreduce(registry, device, plan.allreduce_sizes, ranks, settings, workdir, cfg.quiet)
+    copies, copy_files = measure_gradient_copies(registry, device, plan.copy_elements, settings, workdir, cfg.quiet)
+    for path in (*sweep_paths(files), *copy_files):
+        run.log_artifact(path, "protocol")
+    threads = int(ran_with.get("threads", 0) or 0)
+    hides, reason = ddp_model.communication_hides(cfg.evaluate.communication_overlap, device, ranks, threads,
+                                                  physical_cores())  # fmt: skip
+    step, notes = ddp_model.predict_data_parallel(plan, allreduce, copies, frame, hides, reason)
+    run.log_table(step.overlap.schedule, "data_parallel_buckets.csv")
+    return step, ddp_model.data_parallel_terms(terms, step, ranks, len(plan.parameter_bytes)), notes
+
+
 def single_process_scaling(
     cfg: DlbenchConfig, registry: Registry, workdir, data_parallel_ms: float
 ) -> dict[str, float]:
@@ -372,9 +387,4 @@ def single_process_scaling(
     entry, arguments = training_entry(replace(cfg, world_size=1), registry)
     single = run_training(cfg, entry, arguments, workdir)
     single_ms, _, _ = measured_step_ms(pd.read_csv(single.profile_dir / BATCHES_FILE), cfg.profile.warmup)
-    return measured_scaling_metrics(single_ms, data_parallel_ms)
-
-
-def script_params(facts: dict, already: dict[str, object]) -> dict[str, object]:
-    """What the script ran with (reported, else observed), minus names dlbench already logged itself."""
-    return {k: v for k, v in effective_params(facts).items() if k not in already}
+    return ddp_model.measured_scaling_metrics(single_ms, data_parallel_ms)
