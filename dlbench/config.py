@@ -11,6 +11,7 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from dlbench.core.outliers import OutliersConfig
 from dlbench.core.settings import CACHE_STATES, FP32_MATHS, default
 
 TASKS = ("run", "list", "extract", "benchmark_model", "evaluate", "compare", "gc")
@@ -116,6 +117,7 @@ class EvaluateConfig:
     #: a data-parallel step: also train the script as one process (same batch per rank) for the measured scaling
     #: efficiency
     single_process: bool = True
+    outliers: OutliersConfig = field(default_factory=OutliersConfig)
 
     def __post_init__(self) -> None:
         check_cache_state("evaluate.caches", self.caches)
