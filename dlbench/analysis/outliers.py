@@ -5,7 +5,7 @@ profiled step), sorted by the time the difference costs; with the profiled PyTor
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
@@ -63,15 +63,22 @@ def outlier_line(row: Any) -> str:
     )
 
 
-def outlier_lines(outliers: pd.DataFrame, band: OutliersConfig, shown: int = 3) -> list[str]:
-    """The summary's lines: "no outliers" for a healthy step, else the ``shown`` costliest, one line each."""
+def outlier_lines(
+    outliers: pd.DataFrame, band: OutliersConfig, shown: int = 3, details: Mapping[int, Sequence[str]] | None = None
+) -> list[str]:
+    """The summary's lines: "no outliers" for a healthy step, else the ``shown`` costliest, one line each, each
+    followed by its ``details`` (the causes checked, indented)."""
     if outliers.empty:
         return [f"no outliers (no operation {band.describe()})"]
     more = len(outliers) - shown
     head = f"outliers ({len(outliers)} operation(s) {band.describe()}; outliers.csv)" + (
         f", the {shown} costliest:" if more > 0 else ":"
     )
-    return [head] + [f"  {outlier_line(row)}" for _, row in outliers.head(shown).iterrows()]
+    lines = [head]
+    for _, row in outliers.head(shown).iterrows():
+        lines.append(f"  {outlier_line(row)}")
+        lines += [f"    {detail}" for detail in (details or {}).get(int(row["id"]), ())]
+    return lines
 
 
 def outlier_ids(outliers: pd.DataFrame) -> Sequence[int]:

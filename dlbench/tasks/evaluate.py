@@ -20,10 +20,10 @@ from typing import Any
 import pandas as pd
 
 from dlbench.analysis import match
+from dlbench.analysis.causes import outlier_findings
 from dlbench.analysis.data_parallel import measured_scaling_metrics, predict_data_parallel
 from dlbench.analysis.evaluation import Evaluation, log_evaluation, print_evaluation
 from dlbench.analysis.match import match_profile
-from dlbench.analysis.outliers import find_outliers, outlier_lines
 from dlbench.analysis.predict import (
     FRAMEWORK_MODES,
     FRAMEWORK_OPS,
@@ -321,8 +321,13 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         if drift.note():
             notes.append(drift.note())
             run.set_tags({"dlbench.drifted": "true"})
-        found = find_outliers(frame, matched, t.profiled_ms, cfg.evaluate.outliers)
-        findings = outlier_lines(found, cfg.evaluate.outliers)
+        check = {"dtype": cfg.dtype, "threads": t.threads.benchmark, "workdir": setup.workdir / "causes",
+                 "timeout": cfg.timeout}  # fmt: skip
+        found, causes, findings, found_metrics = outlier_findings(
+            frame, matched, metrics, cfg.evaluate.outliers, t.trained.profile_dir, check
+        )
+        metrics.update(found_metrics)
+        run.log_table(causes, "outlier_causes.csv")
         evaluation = Evaluation(frame, terms, matched, metrics, t.profiled_ms, tuple(notes), found, tuple(findings))
         log_evaluation(run, evaluation, cfg.backend, f"{bench.name} bs{t.batch_size} {cfg.backend} {device}")
         log_training_files(run, t.trained, setup.workdir)
