@@ -62,6 +62,12 @@ def _tensors(value: Any) -> Iterator[dict[str, Any]]:
             yield from _tensors(item)
 
 
+def competing_threads(machine: Mapping[str, Any]) -> float:
+    """Threads of the script's child processes that wanted a core during the recorded batch: runnable ones
+    sampled, or (where those cannot be read) the cores their CPU time kept busy."""
+    return float(machine.get("children_runnable_threads", machine.get("children_busy_cores", 0.0)))
+
+
 def _blas_layout(call: Mapping[str, Any], tensor: Mapping[str, Any]) -> bool:
     """A matrix a BLAS operator reads as it is: its last two dimensions transposed (unit stride in one of them)."""
     strides, shape = tensor["strides"], tensor["shape"]
@@ -86,10 +92,10 @@ def flags_of(call: Mapping[str, Any], machine: Mapping[str, Any], dtype: str) ->
         if t["dtype"].startswith(("float", "bfloat")) and t["dtype"] != dtype:
             flags.setdefault("dtype", f"{t['dtype']} {where} (benchmarked in {dtype})")
     threads, cores = int(machine.get("torch_threads", 0)), int(machine.get("cores", 0))
-    busy = float(machine.get("children_busy_cores", 0.0))
+    busy = competing_threads(machine)
     if cores and threads + busy > cores + 0.25:
         flags["threads"] = (
-            f"{threads} step thread(s) and {busy:.2g} core(s) kept busy by the script's child processes on "
+            f"{threads} step thread(s) and {busy:.2g} runnable thread(s) of the script's child processes on "
             f"{cores} core(s)"
         )
     return flags
@@ -114,7 +120,7 @@ def retime_items(
                 "key": f"{int(row.id)} {call_key(name, shapes)}", "id": int(row.id), "aten_op": name, "call": call,
                 "flags": list(flags), "details": flags, "variants": variants,
                 "threads": int(machine.get("torch_threads", 1)),
-                "competitors": float(machine.get("children_busy_cores", 0)),
+                "competitors": competing_threads(machine),
             })  # fmt: skip
     return items
 

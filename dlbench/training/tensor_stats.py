@@ -16,8 +16,8 @@ ENV_STATS = "DLBENCH_TENSOR_STATS"
 STATS_FILE = "tensor_stats.jsonl"
 #: a tensor's value statistics are taken over at most this many of its elements (evenly strided)
 SAMPLE_ELEMENTS = 1 << 18
-#: calls recorded per (operator, shapes): the first ones; statistics are those of the worst of them
-CALLS_KEPT = 1
+#: the child processes' runnable threads are sampled every this many aten calls
+SAMPLE_EVERY = 32
 
 
 def tensor_record(tensor: Any) -> dict[str, Any]:
@@ -86,25 +86,45 @@ def shapes_key(args: Any) -> list[list[int]]:
 
 
 class _Children:
-    """CPU seconds used by the process's descendants (an OpenMP-heavy data-loader worker competes for the
-    step's cores), read twice around the batch."""
+    """What the process's descendants did during the batch (an OpenMP-heavy data-loader worker competes for the
+    step's cores): their CPU seconds, and their runnable threads sampled while the batch ran (on a busy machine
+    a starved worker uses little CPU yet still wants its cores)."""
 
     def __init__(self) -> None:
         self.start = self._cpu_s()
         self.wall = time.perf_counter()
+        self.samples: list[int] = []
+        self.sample()
 
     @staticmethod
-    def _cpu_s() -> dict[int, float]:
+    def _descendants() -> list[Any]:
+        import psutil
+
+        return psutil.Process().children(recursive=True)
+
+    def _cpu_s(self) -> dict[int, float]:
         import psutil
 
         out: dict[int, float] = {}
-        for child in psutil.Process().children(recursive=True):
+        for child in self._descendants():
             try:
                 times = child.cpu_times()
                 out[child.pid] = times.user + times.system
             except psutil.Error:
                 continue
         return out
+
+    def sample(self) -> None:
+        """Count the descendants' threads that are running or ready to run (Linux; none elsewhere)."""
+        runnable = 0
+        for child in self._descendants():
+            for stat in Path(f"/proc/{child.pid}/task").glob("*/stat"):
+                try:
+                    state = stat.read_text(encoding="ascii").rpartition(")")[2].split()[0]
+                except (OSError, IndexError):
+                    continue
+                runnable += state == "R"
+        self.samples.append(runnable)
 
     def busy_cores(self) -> float:
         """Cores the descendants kept busy during the batch, on average."""
@@ -113,6 +133,10 @@ class _Children:
         used = sum(cpu - self.start.get(pid, 0.0) for pid, cpu in end.items())
         return used / wall if wall > 0 else 0.0
 
+    def runnable_threads(self) -> float:
+        self.sample()
+        return sum(self.samples) / len(self.samples)
+
 
 def _mode_class() -> type:
     from torch.utils._python_dispatch import TorchDispatchMode
@@ -120,12 +144,17 @@ def _mode_class() -> type:
     class StatsMode(TorchDispatchMode):
         """Records each (operator, shapes) once, with its arguments' statistics, then runs it unchanged."""
 
-        def __init__(self) -> None:
+        def __init__(self, children: _Children) -> None:
             super().__init__()
             self.calls: dict[str, dict[str, Any]] = {}
+            self.children = children
+            self.count = 0
 
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):  # noqa: ANN001
             kwargs = kwargs or {}
+            self.count += 1
+            if self.count % SAMPLE_EVERY == 0:
+                self.children.sample()
             name = func._schema.name
             key = f"{name} {json.dumps(shapes_key(args))}"
             seen = self.calls.get(key)
@@ -157,7 +186,7 @@ class TensorStats:
 
     def __enter__(self) -> TensorStats:
         self._children = _Children()
-        self._mode = _mode_class()()
+        self._mode = _mode_class()(self._children)
         self._mode.__enter__()
         return self
 
@@ -178,6 +207,7 @@ class TensorStats:
                 "torch_threads": torch.get_num_threads(),
                 "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
                 "children_busy_cores": round(self._children.busy_cores(), 3),
+                "children_runnable_threads": round(self._children.runnable_threads(), 3),
                 "flush_denormal": _flush_denormal_on(),
                 "batch_wall_s": self.wall_s,
             }

@@ -24,31 +24,53 @@ MIN_ROUNDS = 3
 MAX_ROUNDS = 25
 
 
-def _spin(stop: Any) -> None:
+def _compete(go: Any, stop: Any) -> None:
+    """One thread of compute (a small GEMM loop, as a busy worker's OpenMP thread runs) while ``go`` is set."""
+    import torch
+
+    torch.set_num_threads(1)
+    a = torch.randn(256, 256)
     while not stop.is_set():
-        pass
+        if go.wait(timeout=0.05):
+            a = torch.tanh(a @ a)
 
 
-class _Competitors:
-    """Busy processes beside the timed call, as the script's OpenMP-heavy children were beside its step."""
+class Competitors:
+    """Processes that compute beside a timed call when told to, as the script's busy child processes did beside
+    its step; started once (each imports torch), switched on and off per timed call."""
 
     def __init__(self, count: int) -> None:
         context = multiprocessing.get_context("spawn")
         self.stop = context.Event()
-        self.processes = [context.Process(target=_spin, args=(self.stop,), daemon=True) for _ in range(count)]
-
-    def __enter__(self) -> _Competitors:
+        self.go = [context.Event() for _ in range(count)]
+        self.processes = [context.Process(target=_compete, args=(go, self.stop), daemon=True) for go in self.go]
         for process in self.processes:
             process.start()
-        time.sleep(0.05 * bool(self.processes))
-        return self
 
-    def __exit__(self, *exc: object) -> None:
+    def running(self, count: int) -> _Running:
+        return _Running(self.go[:count])
+
+    def close(self) -> None:
         self.stop.set()
         for process in self.processes:
-            process.join(timeout=5)
+            process.join(timeout=10)
             if process.is_alive():
                 process.kill()
+
+
+class _Running:
+    def __init__(self, go: list[Any]) -> None:
+        self.go = go
+
+    def __enter__(self) -> None:
+        for event in self.go:
+            event.set()
+        if self.go:
+            time.sleep(0.02)  # the competitors are computing when the timed call starts
+
+    def __exit__(self, *exc: object) -> None:
+        for event in self.go:
+            event.clear()
 
 
 def build_tensor(record: dict[str, Any], variant: set[str], plain_dtype: str) -> Any:
@@ -116,7 +138,7 @@ def aten_callable(name: str, overload: str) -> Any:
     return getattr(packet, overload or "default")
 
 
-def time_item(item: dict[str, Any], plain_threads: int, plain_dtype: str) -> dict[str, float]:
+def time_item(item: dict[str, Any], plain_threads: int, plain_dtype: str, pool: Competitors | None) -> dict[str, float]:
     """Median ms per variant of one call, the variants interleaved round by round in a shuffled order."""
     import torch
 
@@ -136,7 +158,7 @@ def time_item(item: dict[str, Any], plain_threads: int, plain_dtype: str) -> dic
             threaded = "threads" in variants[name]
             torch.set_num_threads(int(item.get("threads", plain_threads)) if threaded else plain_threads)
             args, kwargs = inputs[name]
-            with _Competitors(competitors if threaded else 0):
+            with pool.running(competitors if threaded else 0) if pool is not None else _Running([]):
                 func(*args, **kwargs)  # a warm-up call per round: the competitors have started
                 start = time.perf_counter()
                 func(*args, **kwargs)
@@ -149,11 +171,17 @@ def time_item(item: dict[str, Any], plain_threads: int, plain_dtype: str) -> dic
 def main(argv: list[str]) -> int:
     spec = json.loads(Path(argv[0]).read_text(encoding="utf-8"))
     results = []
-    for item in spec["items"]:
-        try:
-            results.append({"key": item["key"], "ms": time_item(item, spec["threads"], spec["dtype"])})
-        except Exception as err:  # noqa: BLE001 - one call that cannot be re-timed leaves the others
-            results.append({"key": item["key"], "error": f"{type(err).__name__}: {err}"[:300]})
+    count = max((int(round(i.get("competitors", 0))) for i in spec["items"] if "threads" in i["flags"]), default=0)
+    pool = Competitors(count) if count else None
+    try:
+        for item in spec["items"]:
+            try:
+                results.append({"key": item["key"], "ms": time_item(item, spec["threads"], spec["dtype"], pool)})
+            except Exception as err:  # noqa: BLE001 - one call that cannot be re-timed leaves the others
+                results.append({"key": item["key"], "error": f"{type(err).__name__}: {err}"[:300]})
+    finally:
+        if pool is not None:
+            pool.close()
     Path(argv[1]).write_text(json.dumps({"results": results}), encoding="utf-8")
     return 0
 
