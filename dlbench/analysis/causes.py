@@ -170,7 +170,8 @@ def cause_lines(causes: pd.DataFrame, outliers: pd.DataFrame) -> dict[int, list[
         found = lines.setdefault(int(row.id), [])
         if mine.empty:
             found.append("no known cause: its inputs were as benchmarked (dtype, layout, values, free cores)")
-        for c in mine.sort_values("reproduced", ascending=False).itertuples(index=False):
+        shown = mine.sort_values("reproduced", ascending=False, kind="stable").drop_duplicates("cause")
+        for c in shown.itertuples(index=False):  # each cause once: on its costliest call
             timing = f"{c.aten_op} re-timed with it: {c.with_cause_ms:.3g} ms vs {c.plain_ms:.3g} ms plain"
             if c.reproduced:
                 found.append(f"cause: {c.detail}; {timing}; fix: {c.fix}")
@@ -188,15 +189,16 @@ def with_causes_ms(
     if causes.empty or not causes["reproduced"].any():
         return None
     timed = {r["key"]: r.get("ms", {}) for r in results}
-    extra = 0.0
+    extra: dict[str, float] = {}  # by call: two outliers that share a profiled call add its time once
     for item in items:
         mine = causes[(causes["id"] == item["id"]) & (causes["aten_op"] == item["aten_op"]) & causes["reproduced"]]
         ms = timed.get(item["key"], {})
         if mine.empty or not ms.get("plain"):
             continue
         slowest = ms.get("recorded") if "recorded" in ms else max(ms[c] for c in mine["cause"])
-        extra += max(slowest - ms["plain"], 0.0) * int(item["call"].get("calls", 1))
-    return extra
+        call = call_key(item["aten_op"], item["call"].get("shapes", []))
+        extra[call] = max(slowest - ms["plain"], 0.0) * int(item["call"].get("calls", 1))
+    return sum(extra.values())
 
 
 def explain_outliers(

@@ -377,7 +377,7 @@ def log_training_files(run, trained: TrainingRun, workdir: Path) -> None:
     """The trained network, the profile's tables and traces, and the script's stderr, as artifacts."""
     assert trained.model_path is not None
     run.log_artifact(trained.model_path, "model")
-    for path in sorted(trained.profile_dir.glob("*.csv")) + sorted(trained.profile_dir.glob("*.json")):
+    for path in sorted(trained.profile_dir.glob("*.csv")) + sorted(trained.profile_dir.glob("*.json*")):
         run.log_artifact(path, "profile")
     if (workdir / "stderr.txt").exists():
         run.log_artifact(workdir / "stderr.txt")
