@@ -9,6 +9,7 @@ import json
 import math
 import time
 from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -201,10 +202,25 @@ def with_causes_ms(
     return sum(extra.values())
 
 
+@dataclass(frozen=True)
+class CauseCheck:
+    """How the causes are checked: the benchmarks' dtype and threads (the plain re-timing's), where the
+    re-timing's files go, its timeout, and the device whose profile times the outliers are read from."""
+
+    dtype: str
+    threads: int
+    workdir: Path
+    timeout: float
+    device: str = "cpu"
+
+    @property
+    def time_column(self) -> str:
+        return "self_device_us" if self.device == "cuda" else "self_cpu_us"
+
+
 def explain_outliers(
-    outliers: pd.DataFrame, match: Any, profile_dir: Path, dtype: str, threads: int, band: OutliersConfig,
-    workdir: Path, timeout: float,
-) -> tuple[pd.DataFrame, dict[int, list[str]], dict[str, float]]:  # fmt: skip
+    outliers: pd.DataFrame, match: Any, profile_dir: Path, band: OutliersConfig, check: CauseCheck
+) -> tuple[pd.DataFrame, dict[int, list[str]], dict[str, float]]:
     """The causes of ``outliers`` (:func:`interpret`), the findings' lines per outlier, and metrics: the causes
     reproduced, the re-timing's wall seconds, and what the causes add to the step (``causes_extra_ms``)."""
     from dlbench.backends.torch.retime import retime_calls
@@ -214,9 +230,9 @@ def explain_outliers(
     if not calls:
         note = "causes not checked: the step's tensors were not recorded (profile.warmup=0, or the script failed)"
         return pd.DataFrame(columns=CAUSE_COLUMNS), {int(i): [note] for i in outliers["id"]}, {}
-    items = retime_items(outliers, match, calls, machine, dtype)
+    items = retime_items(outliers, match, calls, machine, check.dtype)
     start = time.perf_counter()
-    results = retime_calls(items, workdir, threads, dtype, timeout) if items else []
+    results = retime_calls(items, check.workdir, check.threads, check.dtype, check.timeout) if items else []
     metrics = {"causes_retime_s": time.perf_counter() - start}
     causes = interpret(items, results, outliers, band)
     with_causes = with_causes_ms(causes, results, items)
@@ -228,16 +244,18 @@ def explain_outliers(
 
 def outlier_findings(
     frame: pd.DataFrame, match: Any, metrics: dict[str, float], band: OutliersConfig, profile_dir: Path,
-    check: dict[str, Any],
+    check: CauseCheck,
 ) -> tuple[pd.DataFrame, pd.DataFrame, list[str], dict[str, float]]:  # fmt: skip
     """The evaluation's outliers (:func:`~dlbench.analysis.outliers.find_outliers`), their causes when
     ``band.causes`` (``check``: dtype, threads, workdir and timeout of the re-timing), the findings' lines, and
     the metrics: outliers, ``predicted_step_ms`` (as benchmarked) and, when a cause reproduced,
     ``predicted_step_with_causes_ms`` (what this script does)."""
-    from dlbench.analysis.outliers import find_outliers, outlier_lines
+    from dlbench.analysis.outliers import batch_spread, find_outliers, outlier_lines
+    from dlbench.analysis.step_run import batch_profiles
     from dlbench.training.tensor_stats import read_stats
 
-    found = find_outliers(frame, match, metrics.get("step_time_profiled_ms", math.nan), band)
+    spread = batch_spread(batch_profiles(profile_dir, check.time_column)[0], check.time_column)
+    found = find_outliers(frame, match, metrics.get("step_time_profiled_ms", math.nan), band, spread)
     predicted = metrics["step_time_predicted_ms"]
     out = {"outliers": float(len(found)), "predicted_step_ms": predicted}
     recorded_batch_s = float(read_stats(profile_dir)[0].get("batch_wall_s", math.nan))
@@ -245,7 +263,7 @@ def outlier_findings(
         out["tensor_stats_batch_ms"] = recorded_batch_s * 1e3
     causes, details, tail = pd.DataFrame(columns=CAUSE_COLUMNS), {}, []
     if band.causes and (found["direction"] == "slower").any():
-        causes, details, cause_metrics = explain_outliers(found, match, profile_dir, band=band, **check)
+        causes, details, cause_metrics = explain_outliers(found, match, profile_dir, band, check)
         extra = cause_metrics.pop("causes_extra_ms", None)
         out.update(cause_metrics)
         if extra is not None:

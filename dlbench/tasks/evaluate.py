@@ -20,7 +20,7 @@ from typing import Any
 import pandas as pd
 
 from dlbench.analysis import match
-from dlbench.analysis.causes import outlier_findings
+from dlbench.analysis.causes import CauseCheck, outlier_findings
 from dlbench.analysis.data_parallel import measured_scaling_metrics, predict_data_parallel
 from dlbench.analysis.evaluation import Evaluation, log_evaluation, print_evaluation
 from dlbench.analysis.match import match_profile
@@ -321,8 +321,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         if drift.note():
             notes.append(drift.note())
             run.set_tags({"dlbench.drifted": "true"})
-        check = {"dtype": cfg.dtype, "threads": t.threads.benchmark, "workdir": setup.workdir / "causes",
-                 "timeout": cfg.timeout}  # fmt: skip
+        check = CauseCheck(cfg.dtype, t.threads.benchmark, setup.workdir / "causes", cfg.timeout, device)
         found, causes, findings, found_metrics = outlier_findings(
             frame, matched, metrics, cfg.evaluate.outliers, t.trained.profile_dir, check
         )

@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from dlbench.analysis.match import MatchResult
-from dlbench.analysis.outliers import find_outliers, outlier_lines
+from dlbench.analysis.outliers import batch_spread, find_outliers, outlier_lines
 from dlbench.core.outliers import OutliersConfig
 
 
@@ -66,3 +66,21 @@ def test_operations_without_a_benchmark_are_never_outliers():
 def test_a_band_that_does_not_surround_one_is_refused_naming_the_key(keys):
     with pytest.raises(ValueError, match="evaluate.outliers"):
         OutliersConfig(**keys)
+
+
+def test_a_slowdown_in_some_profiled_batches_only_is_the_machines_not_the_operations():
+    # three profiled batches; Gemm took 30 ms in each (a cause of its own), Relu 30 ms in one batch and 3 in the
+    # other two (the machine took the core away once): its median (3 ms) is in the band; Conv's median is out
+    # of it (20 vs 8 ms) but one batch ran at 7 ms, inside: named only when every batch is outside
+    rows = pd.DataFrame(
+        [{"batch": b, "name": "aten::gemm", "input_shapes": "[[4, 8]]", "self_cpu_us": 30e3} for b in range(3)]
+        + [{"batch": b, "name": "aten::conv", "input_shapes": "[[4, 8]]", "self_cpu_us": t}
+           for b, t in enumerate((20e3, 7e3, 25e3))]
+    )  # fmt: skip
+    spread = batch_spread(rows, "self_cpu_us")
+    assert spread[("aten::conv", "[[4, 8]]")] == pytest.approx((7 / 20, 25 / 20))
+    frame, match = frame_and_match([(1, "Gemm", 3.0, 30.0), (2, "Conv", 8.0, 20.0)])
+    assert list(find_outliers(frame, match, 100.0, OutliersConfig())["op_type"]) == ["Gemm", "Conv"]
+    found = find_outliers(frame, match, 100.0, OutliersConfig(), spread)
+    assert list(found["op_type"]) == ["Gemm"]
+    assert found["ratio_fastest_batch"].iloc[0] == pytest.approx(10.0)
