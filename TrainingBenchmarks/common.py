@@ -43,7 +43,11 @@ except ImportError:  # plain training, no dlbench around
         pass
 
 
-DTYPES = ("float32", "bfloat16", "float16")
+def float_dtype(name: str) -> str:
+    """``--dtype``: any floating dtype torch knows by that name (dlbench passes one of its own list)."""
+    if not isinstance(getattr(torch, name, None), torch.dtype) or not getattr(torch, name).is_floating_point:
+        raise argparse.ArgumentTypeError(f"{name!r} is not a torch floating dtype (float32, bfloat16, float16)")
+    return name
 
 
 def base_parser(description: str, *, batch_size: int, lr: float, steps: int = 30) -> argparse.ArgumentParser:
@@ -53,7 +57,7 @@ def base_parser(description: str, *, batch_size: int, lr: float, steps: int = 30
     parser.add_argument("--steps", type=int, default=steps, help="training steps (batches)")
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
-    parser.add_argument("--dtype", default="float32", choices=DTYPES, help="dtype of the weights and activations")
+    parser.add_argument("--dtype", default="float32", type=float_dtype, help="dtype of the weights and activations")
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data and the weights")
     parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
     parser.add_argument("--data-batches", type=int, default=4, help="distinct synthetic batches, cycled")

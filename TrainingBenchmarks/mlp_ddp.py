@@ -10,10 +10,11 @@ manager: rank 0 into the profile folder dlbench gave (and, under dlbench, logs t
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 from pathlib import Path
+
+from dlbench.core.ranks import free_port, rank_place, threads_per_rank
 
 PROFILE_DIR = "DLBENCH_PROFILE_DIR"
 #: environment variables only rank 0 keeps: the run it logs into, the progress file dlbench polls, the export
@@ -21,23 +22,12 @@ RANK_ZERO_ONLY = ("MLFLOW_RUN_ID", "DLBENCH_PROGRESS_FILE", "DLBENCH_EXPORT_ONNX
 
 
 def rank_and_world() -> tuple[int, int, int] | None:
-    """rank, world size, local world size from torchrun's or Slurm's variables; None outside a process group."""
-    env = os.environ
-    if "RANK" in env and "WORLD_SIZE" in env:
-        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_WORLD_SIZE", env["WORLD_SIZE"]))
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env and int(env["SLURM_NTASKS"]) > 1:
-        env.update(RANK=env["SLURM_PROCID"], WORLD_SIZE=env["SLURM_NTASKS"], LOCAL_RANK=env.get("SLURM_LOCALID", "0"))
-        env.setdefault("MASTER_ADDR", "127.0.0.1")
-        env.setdefault("MASTER_PORT", str(29500 + int(env.get("SLURM_JOB_ID", "0")) % 20000))
-        local = int(env.get("SLURM_NTASKS_PER_NODE", env["SLURM_NTASKS"]).split("(")[0])
-        return int(env["RANK"]), int(env["WORLD_SIZE"]), local
-    return None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+    """rank, world size, local world size from torchrun's or Slurm's variables (:mod:`dlbench.core.ranks`); None
+    outside a process group, and for a single Slurm task (it starts its ``--world-size`` ranks itself)."""
+    if "RANK" not in os.environ and int(os.environ.get("SLURM_NTASKS", "1")) <= 1:
+        return None
+    place = rank_place()
+    return None if place is None else (place.rank, place.world_size, place.local_world_size)
 
 
 def world_size_argument(argv: list[str]) -> int:
@@ -108,7 +98,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     if args.threads == 0:  # torch's default would give every rank all cores: share them
-        args.threads = max(1, (os.cpu_count() or 1) // max(local_world, 1))
+        args.threads = threads_per_rank(0, local_world)
     device = setup(args)
     if device.type == "cuda":
         device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count())

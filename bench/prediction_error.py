@@ -5,7 +5,7 @@ unexplained share.
     python bench/prediction_error.py                      # the five models at 16, 32, 64
     python bench/prediction_error.py --models mlp --batch-sizes 16 --threads 2
     python bench/prediction_error.py --rounds 3           # every configuration three times, interleaved
-    python bench/prediction_error.py --caches cold hot    # the benchmarks' cache state side by side
+    python bench/prediction_error.py --caches step cold hot  # the benchmarks' cache states side by side
 
 The held-out scripts (``bench/heldout/``: a GPT-style model with AdamW, gradient clipping, a tied head,
 tanh GELU and hand-written attention; a MobileNet-style CNN with depthwise convolutions, ReLU6, dropout,
@@ -22,9 +22,9 @@ ran. With ``--rounds N`` the configurations are evaluated round after round (not
 slow spell of the machine hits different configurations; each configuration's figure is the median over
 its rounds of the predicted and of the measured step time (two independent medians; nothing is fitted).
 The summary gives the error over all evaluations, and apart over those whose reference kernels moved by at
-most the drift limit. ``--caches cold hot`` evaluates each configuration with both cache states of the
-operator benchmarks (``evaluate.caches``) one after the other, so the two are compared on the same spell
-of the machine; every summary is then given per cache state.
+most the drift limit. ``--caches step cold hot`` evaluates each configuration with each cache state of the
+operator benchmarks (``evaluate.caches``; default ``step``, the step's own footprints) one after the other, so
+they are compared on the same spell of the machine; every summary is then given per cache state.
 """
 
 from __future__ import annotations
@@ -82,7 +82,7 @@ def main() -> int:
     )
     parser.add_argument("--rounds", type=int, default=1, help="evaluate every configuration this often, interleaved")
     parser.add_argument(
-        "--caches", nargs="+", default=["cold"], choices=["cold", "hot"], help="the benchmarks' cache states"
+        "--caches", nargs="+", default=["step"], choices=["step", "cold", "hot"], help="the benchmarks' cache states"
     )
     parser.add_argument("--warmup", type=int, default=5, help="training steps before the profiled ones")
     parser.add_argument("--profiled", type=int, default=2, help="profiled training steps")

@@ -11,12 +11,12 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from dlbench.core.dtypes import DTYPES
 from dlbench.core.outliers import OutliersConfig
 from dlbench.core.settings import CACHE_STATES, FP32_MATHS, default
 
 TASKS = ("run", "list", "extract", "benchmark_model", "evaluate", "compare", "gc")
 DEVICES = ("cpu", "cuda", "auto")
-DTYPES = ("float32", "float16", "bfloat16")
 BENCHMARK_KINDS = ("operator", "training", "roofline")
 
 
@@ -108,9 +108,11 @@ class EvaluateConfig:
     #: trainings' steady steps, so a machine that slows down or speeds up during the evaluation moves the
     #: measurement as much as the benchmarks (the two trainings' medians are logged apart)
     bracket: bool = True
-    #: the operator benchmarks' cache state (``measure.caches`` for this task): ``cold`` by default, because a
-    #: training step's working set exceeds the caches and its operators find their tensors in memory
-    caches: str = "cold"
+    #: the operator benchmarks' cache state (``measure.caches`` for this task): ``step`` by default, each
+    #: operation's benchmark rotating over copies filling its own reuse distance in the step (the bytes the
+    #: step touches between uses of its inputs, :mod:`dlbench.onnx.footprint`), capped at twice the last-level
+    #: cache; ``hot`` and ``cold`` (twice the last-level cache for every operation) as explicit choices
+    caches: str = "step"
     #: a data-parallel step: whether DDP's all-reduce hides behind the backward pass. ``auto``: not on CPUs whose
     #: cores the ranks' threads all take (gloo reduces on those cores), else yes; ``backward``: yes; ``none``: no
     communication_overlap: str = "auto"
@@ -218,7 +220,7 @@ class RooflineConfig:
     stream_mib: int = 256
     #: dtypes whose GEMM peak is measured; those the device cannot run are skipped and reported. float32 on a GPU
     #: with TF32 tensor cores is measured twice: IEEE (peak ``float32``) and TF32 (peak ``tf32``)
-    dtypes: list[str] = field(default_factory=lambda: ["float32", "float16", "bfloat16"])
+    dtypes: list[str] = field(default_factory=lambda: list(DTYPES))
     #: seconds each kernel is repeated for (after one warm-up call), at least ``min_reps`` times
     min_time_s: float = 1.0
     min_reps: int = 3
@@ -373,13 +375,19 @@ class DlbenchConfig:
 
 
 def register_resolvers() -> None:
-    """``${mul:a,b}`` for shapes derived from the batch size (e.g. tokens = batch x sequence)."""
+    """``${mul:a,b}`` for shapes derived from the batch size (e.g. tokens = batch x sequence); ``${unique:}``
+    for run folders of their own (:func:`dlbench.core.folders.process_suffix`, cached: one value a process,
+    copied to a multirun's jobs with Hydra's resolver cache)."""
     import math
 
     from omegaconf import OmegaConf
 
+    from dlbench.core.folders import process_suffix
+
     if not OmegaConf.has_resolver("mul"):
         OmegaConf.register_new_resolver("mul", lambda *factors: math.prod(int(f) for f in factors))
+    if not OmegaConf.has_resolver("unique"):
+        OmegaConf.register_new_resolver("unique", process_suffix, use_cache=True)
 
 
 def register_configs() -> None:

@@ -106,6 +106,4 @@ DESCRIPTORS: dict[str, list[str]] = {
     **{op: COLLECTIVE for op in COLLECTIVE_OP_TYPES},
 }
 
-DTYPE_BYTES = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}
-
-__all__ = ["DESCRIPTORS", "DTYPE_BYTES", "conv_output_hw", "operation_cost"]
+__all__ = ["DESCRIPTORS", "conv_output_hw", "operation_cost"]

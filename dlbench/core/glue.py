@@ -8,6 +8,7 @@ import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from dlbench.core.dtypes import DTYPE_BYTES, FLOAT_TYPES, numeric_element_type
 from dlbench.core.values import Number
 
 Shape = tuple[int, ...]
@@ -22,17 +23,26 @@ LOGICAL = ("And", "Or", "Xor")
 PREDICATES = ("Not", "IsNaN", "IsInf")
 #: Operators whose outputs are booleans: they have no gradient (``mode`` 0 only).
 NON_DIFFERENTIABLE = (*COMPARISONS, *LOGICAL, *PREDICATES)
+#: Operators whose outputs carry no gradient whatever their inputs: shapes, sizes, indices and booleans. The one
+#: list: the training step's pruning (``onnx/step.py``), the unfolding (``onnx/unfold.py``) and the kernels read it.
+NO_GRADIENT = frozenset(
+    {"Shape", "Size", "ConstantOfShape", "Range", "NonZero", "ArgMax", "ArgMin", "EyeLike", *NON_DIFFERENTIABLE}
+)
 GLUE_OP_TYPES = (
     *UNARY, "Gelu", "Cast", *BINARY, *VARIADIC, "Where", *MOVEMENT, "GatherElements", *REDUCTIONS, "LRN",
     *NON_DIFFERENTIABLE,
 )  # fmt: skip
 
-#: ONNX TensorProto element types -> (name, bytes per element), for Cast's ``to``.
-ONNX_ELEMENT_TYPES: dict[int, tuple[str, int]] = {
-    1: ("float32", 4), 2: ("uint8", 1), 3: ("int8", 1), 4: ("uint16", 2), 5: ("int16", 2), 6: ("int32", 4),
-    7: ("int64", 8), 9: ("bool", 1), 10: ("float16", 2), 11: ("float64", 8), 12: ("uint32", 4),
-    13: ("uint64", 8), 16: ("bfloat16", 2),
-}  # fmt: skip
+
+def carries_gradient(op_type: str, cast_to: int | None = None) -> bool:
+    """Whether an operator's output carries a gradient back to its inputs: not for :data:`NO_GRADIENT`, and a
+    ``Cast`` only to a float type (``cast_to``: its ``to``; autograd casts the gradient back, an integer or
+    boolean result has none)."""
+    if op_type == "Cast":
+        return cast_to is not None and numeric_element_type(int(cast_to)) in FLOAT_TYPES
+    return op_type not in NO_GRADIENT
+
+
 INDEX_BYTES = 8  # int64 indices
 #: ``mode`` 3 + i: the gradient of input i alone (the binary operators and Where: training differentiates only
 #: the inputs that need a gradient, so ``x / constant`` computes one)
@@ -126,7 +136,7 @@ def glue_tensors(op_type: str, p: Mapping[str, Number]) -> GlueTensors:
             raise InvalidParameters(f"GatherElements: indices {list(b)} exceed the data {list(x)} off axis {axis}")
         return GlueTensors((x, b), (b,), ("float", "index"))
     if op_type in (*UNARY, "Gelu", "Cast", "LRN"):
-        if op_type == "Cast" and integer(p, "to", 1) not in ONNX_ELEMENT_TYPES:
+        if op_type == "Cast" and numeric_element_type(integer(p, "to", 1)) is None:
             raise InvalidParameters(f"to={p.get('to')}: not a numeric ONNX element type")
         if op_type == "LRN":
             integer(p, "size", 5, minimum=1)
@@ -188,6 +198,11 @@ def flops_per_element(op_type: str, p: Mapping[str, Number]) -> int:
     return 0
 
 
+#: ``mode`` 2 of Mul: the product written into a view of a preallocated flat buffer (``mul(out=)``), as
+#: DistributedDataParallel copies each gradient, divided by the world size, into its bucket
+BUCKET_VIEW_MODE = 2
+
+
 def glue_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int) -> tuple[float, float]:
     """FLOPs and compulsory bytes of one pass (``mode`` 0 forward, 1 backward: the gradients of every float
     input, Pow's base only; 3 + i: input i's gradient alone, binary operators and Where) of a glue operator."""
@@ -199,7 +214,7 @@ def glue_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int) -> tuple[
     read = sum(n * w for n, w in zip(ins, width, strict=True))
     float_in = sum(n for n, k in zip(ins, t.kinds, strict=True) if k == "float")
     if op_type == "Cast":
-        to_bytes = ONNX_ELEMENT_TYPES[integer(p, "to", 1)][1]
+        to_bytes = DTYPE_BYTES[str(numeric_element_type(integer(p, "to", 1)))]
         return 0.0, float(out * (dtype_bytes + to_bytes))
     if op_type in NON_DIFFERENTIABLE and mode != 0:
         return 0.0, 0.0  # no gradient
@@ -209,7 +224,7 @@ def glue_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int) -> tuple[
     per = flops_per_element(op_type, p)
     if mode == 0 and op_type in ("Gather", "GatherElements"):  # only the gathered values are read
         return 0.0, float(2 * dtype_bytes * out + INDEX_BYTES * ins[1])
-    if mode == 0:
+    if mode == 0 or (mode == BUCKET_VIEW_MODE and op_type == "Mul"):  # a forward; Mul into a view of a bucket
         return float(per * out), float(read + (1 if t.output_kind == "bool" else dtype_bytes) * out)
     if op_type in (
         "Gather",

@@ -9,17 +9,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dlbench.core.dtypes import ELEMENT_TYPES
+
 Number = int | float
 
 #: Attribute kinds carried; subgraphs (GRAPH, GRAPHS) and sparse tensors are not.
 ATTRIBUTE_KINDS = ("int", "float", "string", "ints", "floats", "strings", "tensor")
-
-#: ONNX element types by name (numpy's spelling) and TensorProto number.
-ELEMENT_TYPES: dict[str, int] = {
-    "float32": 1, "uint8": 2, "int8": 3, "uint16": 4, "int16": 5, "int32": 6, "int64": 7, "string": 8,
-    "bool": 9, "float16": 10, "float64": 11, "uint32": 12, "uint64": 13, "bfloat16": 16,
-}  # fmt: skip
-ELEMENT_TYPE_NAMES = {number: name for name, number in ELEMENT_TYPES.items()}
 
 
 class NodeFormatError(ValueError):

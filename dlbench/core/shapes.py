@@ -9,16 +9,15 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Sequence
 
+from dlbench.core.glue import GLUE_OP_TYPES
+
 Shape = tuple[int, ...]
 
 #: Op types whose tensors are described elementwise-style (leading 1s); the others as (N, C, spatial...).
 LEADING_ONES_STYLE = frozenset(
     {"Relu", "Add", "Softmax", "LayerNormalization", "SGD", "Adam", "AdamW", "RMSprop"}
     | {"ZeroGrad", "ClipGradNorm", "MSELoss", "BCEWithLogitsLoss"}
-    | {"Sqrt", "Erf", "Gelu", "Tanh", "Sigmoid", "Exp", "Log", "Neg", "Clip", "Cast"}
-    | {"Mul", "Div", "Sub", "Pow", "Sum", "Max", "Min", "Where"}
-    | {"Concat", "Split", "Slice", "Transpose", "Gather", "GatherElements", "Expand", "Tile", "ReduceMean", "ReduceSum"}
-    | {"Equal", "Greater", "Less", "GreaterOrEqual", "LessOrEqual", "And", "Or", "Xor", "Not", "IsNaN", "IsInf"}
+    | (set(GLUE_OP_TYPES) - {"LRN"})  # LRN runs across channels: (N, C, spatial...)
 )
 
 

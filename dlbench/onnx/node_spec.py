@@ -8,7 +8,8 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dlbench.core.nodes import ELEMENT_TYPE_NAMES, AttributeSpec, NodeSpec, TensorSpec
+from dlbench.core.dtypes import ELEMENT_TYPE_NAMES
+from dlbench.core.nodes import AttributeSpec, NodeSpec, TensorSpec
 
 Shape = tuple[int, ...]
 

@@ -10,20 +10,16 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from dlbench.core.descriptors import DESCRIPTORS, DTYPE_BYTES, operation_cost
+from dlbench.core.descriptors import DESCRIPTORS, operation_cost
+from dlbench.core.dtypes import DTYPE_BYTES, ELEMENT_TYPES, FLOAT_TYPES
+from dlbench.core.glue import carries_gradient
 from dlbench.core.shapes import rank4
 from dlbench.core.values import Operation
 from dlbench.onnx.unfold import declared_notes
 from dlbench.onnx.update import StepRun, loss_operations, update_operations
 
-#: Outputs of these operators carry no gradient (shapes, indices, masks).
-NON_DIFFERENTIABLE = frozenset(
-    {"Shape", "Size", "ConstantOfShape", "Range", "NonZero", "ArgMax", "ArgMin", "Equal", "Less", "Greater",
-     "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Trilu", "Cast", "EyeLike"}
-)  # fmt: skip
-
-
-FLOAT_TYPES = frozenset({1, 10, 11, 16})  # FLOAT, FLOAT16, DOUBLE, BFLOAT16
+#: TensorProto numbers of the float element types: the initializers that are trainable parameters
+FLOAT_ELEMENT_TYPES = frozenset(ELEMENT_TYPES[name] for name in FLOAT_TYPES)
 
 
 LOSS_PASSES = ("loss_forward", "loss_backward")
@@ -68,6 +64,12 @@ class GraphFacts:
         return index < len(inputs) and inputs[index] in self.requires_grad
 
 
+def _carries_gradient(node: Any) -> bool:
+    """Whether an ONNX node's outputs carry its inputs' gradient (:func:`dlbench.core.glue.carries_gradient`)."""
+    cast_to = next((int(a.i) for a in node.attribute if a.name == "to"), None) if node.op_type == "Cast" else None
+    return carries_gradient(node.op_type, cast_to)
+
+
 def graph_facts(model_path: str | Path, batch_size: int | None = None) -> GraphFacts:
     """Trainable parameters (float initializers, less BatchNormalization's running statistics), which
     tensors need a gradient (those computed from a parameter), constants and producers."""
@@ -86,7 +88,7 @@ def graph_facts(model_path: str | Path, batch_size: int | None = None) -> GraphF
     parameters = tuple(
         (t.name, tuple(int(d) for d in t.dims))
         for t in graph.initializer
-        if t.data_type in FLOAT_TYPES and t.name not in running_stats and len(t.dims) > 0
+        if t.data_type in FLOAT_ELEMENT_TYPES and t.name not in running_stats and len(t.dims) > 0
     )
     requires = {name for name, _ in parameters}
     constants = set(initializers)
@@ -101,13 +103,13 @@ def graph_facts(model_path: str | Path, batch_size: int | None = None) -> GraphF
         present = [i for i in inputs if i]
         if node.op_type == "Constant" or (present and all(i in constants for i in present)):
             constants.update(o for o in node.output if o)
-            if node.op_type not in NON_DIFFERENTIABLE and any(i in requires for i in present):
+            if _carries_gradient(node) and any(i in requires for i in present):
                 # weight preprocessing (Transpose(weight) -> MatMul): no operation of its own, yet autograd
                 # differentiates through it to the weight, so what it feeds needs the gradient
                 requires.update(o for o in node.output if o)
             continue
         forward_nodes += 1
-        if node.op_type not in NON_DIFFERENTIABLE and any(i in requires for i in present):
+        if _carries_gradient(node) and any(i in requires for i in present):
             requires.update(o for o in node.output if o)
             autograd_nodes += 1
     for index, node in enumerate(graph.node):

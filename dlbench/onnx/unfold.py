@@ -14,6 +14,7 @@ from typing import Any
 
 from dlbench import CONF_DIR
 from dlbench.core.descriptors import DESCRIPTORS, operation_cost
+from dlbench.core.glue import NO_GRADIENT, carries_gradient
 from dlbench.core.tables import load_mapping
 from dlbench.core.values import Number, Operation
 
@@ -197,6 +198,9 @@ def parse_table(data: Mapping[str, Any], source: str = "unfold table") -> Unfold
             entries = []
         if not isinstance(entries, Sequence) or isinstance(entries, str):
             raise UnfoldError(f"{source}: strategies.{op_type} must be a list of rules")
+        if entries and op_type in NO_GRADIENT:
+            raise UnfoldError(f"{source}: strategies.{op_type}: its output carries no gradient (NO_GRADIENT in "
+                              "dlbench/core/glue.py), so it has no backward pass; remove its rules")  # fmt: skip
         parsed = []
         for i, entry in enumerate(entries):
             where = f"{source}: strategies.{op_type}[{i}]"
@@ -315,6 +319,8 @@ def unfold_operations(operations: Sequence[Operation], table: UnfoldTable) -> Un
     declared: list[DeclaredPass] = []
     for op in operations:
         values = op.param_dict
+        if not carries_gradient(op.op_type, values.get("to")):  # a Cast to an integer, a comparison
+            continue
         for rule in table.rules_for(op.op_type):
             try:
                 if not rule.applies(values):

@@ -14,6 +14,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
+from dlbench.core.cores import allowed_cpus
 from dlbench.core.process import ProcessResult
 from dlbench.core.worker import Worker, start_environment
 
@@ -27,15 +28,11 @@ def is_embedded(command: Sequence[str]) -> bool:
     return len(command) == 4 and tuple(command[:3]) == (sys.executable, "-m", EMBEDDED_MODULE)
 
 
-def _cores() -> tuple[int, ...]:
-    return tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
-
-
 def embedded_worker(env: Mapping[str, str] | None = None) -> Worker:
     """The worker for this environment and these cores: a job pinned to other cores, or told another thread
     count at start (``OMP_NUM_THREADS``), gets a worker of its own."""
     full_env = {**os.environ, **(env or {})}
-    key = (start_environment(full_env), _cores())
+    key = (start_environment(full_env), allowed_cpus())
     worker = _WORKERS.get(key)
     if worker is None:
         close_workers()  # jobs in one process run one after another: one idle torch process at most

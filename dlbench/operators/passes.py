@@ -10,7 +10,8 @@ from collections.abc import Sequence
 from dataclasses import replace
 from functools import lru_cache
 
-from dlbench.core.descriptors import DTYPE_BYTES, operation_cost
+from dlbench.core.descriptors import operation_cost
+from dlbench.core.dtypes import DTYPE_BYTES
 from dlbench.core.values import Operation
 from dlbench.onnx.unfold import DERIVED, FREE, UnfoldError, UnfoldTable, load_table
 

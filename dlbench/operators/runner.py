@@ -13,13 +13,14 @@ from pathlib import Path
 from dlbench.config import DlbenchConfig
 from dlbench.core.allocator import allocator_environment
 from dlbench.core.contention import contention_limit
-from dlbench.core.cores import resolve_threads
+from dlbench.core.cores import resolve_threads, thread_environment
 from dlbench.core.interference import InterferenceWatch
 from dlbench.core.process import STDERR_KEEP_BYTES
 from dlbench.core.settings import EXECUTABLE_SETTINGS, default, to_environment
 from dlbench.core.values import Measurement, Operation, SweepResult
 from dlbench.operators.invocation import Invocation, align_rows, invoke_once
 from dlbench.operators.protocol import ids_written, output_path_for, samples_path_for
+from dlbench.operators.reference import probe_settings
 from dlbench.operators.registry import OperatorBenchmark
 from dlbench.operators.rounds import (
     RoundResult,
@@ -52,9 +53,8 @@ class RunSettings:
     caches: str = str(default("caches"))
     #: start the executable with the allocator keeping freed memory (:mod:`dlbench.core.allocator`)
     keep_heap: bool = True
-    #: interleaved rounds (:mod:`dlbench.operators.rounds`). A sweep's config asks for ``measure.rounds``
-    #: (default 4); called directly, the runner measures each operation in one block unless asked
-    rounds: int = 1
+    #: interleaved rounds (:mod:`dlbench.operators.rounds`), as ``measure.rounds`` (one operation: one round)
+    rounds: int = int(default("rounds"))
     #: cpu efficiency below which an operation is contended (:mod:`dlbench.core.contention`); 0: never
     contended_below: float = float(default("contended_below"))
 
@@ -62,8 +62,7 @@ class RunSettings:
         """The ``DLBENCH_*`` variables of :mod:`dlbench.core.settings` (and OpenMP's thread count)."""
         keys = [s.key for s in EXECUTABLE_SETTINGS if s.key != "verify"]  # not rounds: the runner's own
         env = to_environment({key: getattr(self, key) for key in keys})
-        if self.threads > 0:
-            env["OMP_NUM_THREADS"] = str(self.threads)
+        env.update(thread_environment(self.threads))
         env.update(allocator_environment(self.keep_heap))
         return env
 
@@ -185,7 +184,7 @@ def measure_operations(
         # first one warms up longer (a worker's first calls of a kernel run slow: set-up, not drift), the later
         # ones 3 calls (the first two after a kernel's set-up run slow: see rounds.round_share)
         light = replace(
-            share, warmup=10 if label == "round1" else 3, min_reps=min(share.min_reps, 10),
+            probe_settings(share), warmup=10 if label == "round1" else 3, min_reps=min(share.min_reps, 10),
             min_time_s=min(share.min_time_s, 0.05), max_time_s=min(share.max_time_s, 0.1),
         )  # fmt: skip
         for entry, op in probe:
@@ -225,7 +224,7 @@ def measure_operations(
                     if op_id in inv.stats:
                         results.setdefault(op_id, []).append(RoundResult(
                             index, position, inv.stats[op_id], tuple(inv.samples.get(op_id, ())),
-                            inv.efficiency.get(op_id),
+                            inv.efficiency.get(op_id), inv.launch.get(op_id),
                         ))  # fmt: skip
                 if inv.interrupted:  # after keeping what the round measured
                     raise KeyboardInterrupt
@@ -238,9 +237,8 @@ def measure_operations(
                 inv = invoke(benchmark, waited, redo_rows, settings, sweep_files(workdir, f"{base}_again"))
                 for op in waited:
                     if op.id in inv.stats:
-                        again[op.id] = RoundResult(
-                            rounds, 0, inv.stats[op.id], tuple(inv.samples.get(op.id, ())), inv.efficiency.get(op.id)
-                        )
+                        again[op.id] = RoundResult(rounds, 0, inv.stats[op.id], tuple(inv.samples.get(op.id, ())),
+                                                   inv.efficiency.get(op.id), inv.launch.get(op.id))  # fmt: skip
                 if inv.interrupted:
                     raise KeyboardInterrupt
         except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see core.interrupts

@@ -13,7 +13,7 @@ from dlbench.core.errors import TaskFailed
 from dlbench.core.values import Measurement
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import plan_benchmarks
-from dlbench.operators.reference import GPU_WARMUP_ROUNDS, reference_benchmarks, reference_medians
+from dlbench.operators.reference import WARMUP_ROUNDS, probe_settings, reference_benchmarks, reference_medians
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
 
@@ -27,7 +27,7 @@ def measure_step(
     cfg: DlbenchConfig, ctx: AppContext, operations, device: str, run, machine: Any
 ) -> tuple[dict, dict, object]:
     """Every operation some available benchmark of ``cfg.backend`` serves, measured; protocol files logged;
-    ``machine`` (the task's record of what else the machine did) is told each benchmark's result."""
+    ``machine`` (:class:`dlbench.analysis.results.MachineRecord`) is told each benchmark's result."""
     registry = load_registry(ctx.config_dirs)
     plan = plan_benchmarks(registry, operations, cfg.backend, device)
     settings = run_settings(cfg, device)
@@ -49,6 +49,10 @@ def measure_step(
         for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
             if path is not None and path.exists():
                 run.log_artifact(path, "protocol")
+        for path in sorted(workdir.glob(f"{entry.name}_evaluate*_footprints.csv")) + sorted(
+            workdir.glob(f"{entry.name}_evaluate*_rotation.csv")
+        ):  # the cache state each row was timed in
+            run.log_artifact(path, "protocol")
         machine.add(entry.name, result, ops)
         if result.interrupted:
             raise KeyboardInterrupt(f"{entry.name} was interrupted")
@@ -58,15 +62,15 @@ def measure_step(
 def measure_reference(
     cfg: DlbenchConfig, ctx: AppContext, registry: Registry, device: str, when: str
 ) -> dict[str, float]:
-    """Median ms of the reference operations (:mod:`dlbench.operators.reference`) now, with PyTorch's kernels
-    and the benchmarks' settings; those without a torch benchmark here are left out. On a GPU: device-bound
-    sizes, timed with CUDA events after a round that brings the clocks up from idle."""
+    """Median ms of the reference operations (:mod:`dlbench.operators.reference`) now, with PyTorch's kernels,
+    the benchmarks' settings and hot caches, after an untimed round; those without a torch benchmark here are
+    left out. On a GPU: device-bound sizes, timed with CUDA events."""
     medians: dict[str, float] = {}
-    rounds = (GPU_WARMUP_ROUNDS if device == "cuda" else 0) + 1
+    settings = probe_settings(run_settings(cfg, device))
     for entry, op in reference_benchmarks(registry, device):
-        for _ in range(rounds):  # the last round counts
+        for _ in range(WARMUP_ROUNDS + 1):  # the last round counts
             result, _ = measure_with_progress(
-                entry, [op], run_settings(cfg, device), ctx.output_dir / "protocol", f"{op.name}_{when}", True
+                entry, [op], settings, ctx.output_dir / "protocol", f"{op.name}_{when}", True
             )  # a stem per operation: the GEMM's and the convolution's protocol files stay apart
             if result.interrupted:
                 raise KeyboardInterrupt(f"{entry.name} was interrupted")

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from dlbench.config import BenchmarkConfig
-from dlbench.core.descriptors import DESCRIPTORS, DTYPE_BYTES, operation_cost
+from dlbench.core.descriptors import DESCRIPTORS, operation_cost
+from dlbench.core.dtypes import DTYPE_BYTES
 from dlbench.core.values import Number, Operation
 
 META_KEYS = ("name", "count")

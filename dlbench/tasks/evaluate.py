@@ -11,17 +11,15 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-import shutil
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import pandas as pd
 
+from dlbench.analysis import data_parallel as ddp_model
 from dlbench.analysis import match
 from dlbench.analysis.causes import CauseCheck, outlier_findings
-from dlbench.analysis.data_parallel import measured_scaling_metrics, predict_data_parallel
 from dlbench.analysis.evaluation import Evaluation, log_evaluation, print_evaluation
 from dlbench.analysis.match import match_profile
 from dlbench.analysis.predict import (
@@ -35,30 +33,37 @@ from dlbench.analysis.predict import (
     prediction_terms,
 )
 from dlbench.analysis.report import log_workload
-from dlbench.analysis.results import interference_record
+from dlbench.analysis.results import MachineRecord, interference_record
 from dlbench.analysis.step_run import not_costed_time, ran_params, read_step_profile, step_run
 from dlbench.analysis.timeline import gpu_step, host_framework_ms, traced_lanes
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
-from dlbench.core.descriptors import DTYPE_BYTES
+from dlbench.core.cores import physical_cores
 from dlbench.core.device import resolve_device
+from dlbench.core.dtypes import DTYPE_BYTES
 from dlbench.core.errors import ConfigurationError, TaskFailed
-from dlbench.core.interference import InterferenceReport
-from dlbench.core.values import Operation, SweepResult
+from dlbench.core.folders import fresh_folder
+from dlbench.core.values import Operation
 from dlbench.onnx import unfold
 from dlbench.onnx.errors import ExtractionError
 from dlbench.onnx.extract import extract_operations
+from dlbench.onnx.footprint import placed_step
 from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.patterns import fuse_exported_gelus
 from dlbench.onnx.step import graph_facts, training_step, with_dtype_costs
+from dlbench.operators.collectives import measure_allreduce, measure_gradient_copies, sweep_paths
+from dlbench.operators.footprint_file import with_rotation_columns
+from dlbench.operators.launch import FRAMEWORK_OUT, read_launch_ms
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import model_coverage
-from dlbench.operators.reference import Drift
+from dlbench.operators.reference import (
+    Drift,
+)
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
 from dlbench.operators.step_benchmarks import measure_reference, measure_step
 from dlbench.tracking.runs import job_run_name, open_run
-from dlbench.training.facts import effective_params
+from dlbench.training.facts import effective_params, script_params
 from dlbench.training.profile import BATCHES_FILE
 from dlbench.training.scripts import (
     MIN_STEADY_STEPS,
@@ -92,24 +97,6 @@ def match_table(cfg: DlbenchConfig):
     return match.load_table()
 
 
-@dataclass
-class MachineRecord:
-    """What else the machine did while each benchmark of the evaluation measured: the reports, and per
-    operation whether its time was taken on a busy machine. The run's ``dlbench.noisy`` follows each report
-    (a run that fails later keeps it)."""
-
-    run: Any
-    reports: list[tuple[str, InterferenceReport]] = field(default_factory=list)
-    busy: dict[int, bool] = field(default_factory=dict)
-
-    def add(self, name: str, result: SweepResult, operations: Sequence[Operation]) -> None:
-        if result.interference is not None:
-            self.reports.append((name, result.interference))
-            for op in operations:
-                self.busy[op.id] = bool(result.interference.operation_columns(op.id)["machine_busy"])
-            self.run.set_tags(interference_record(self.reports)[1])
-
-
 def measure_framework(
     cfg: DlbenchConfig, ctx: AppContext, registry: Registry, device: str, run, machine: MachineRecord
 ) -> dict[str, float]:
@@ -139,9 +126,8 @@ def measure_framework(
     }
 
 
-def evaluation_params(cfg: DlbenchConfig, entry, setup: Setup) -> dict[str, object]:
+def evaluation_params(cfg: DlbenchConfig, entry, device: str, table, unfold_table) -> dict[str, object]:
     """What dlbench decides about the evaluation; what the script ran with comes from its own report."""
-    device, table, unfold_table = setup.device, setup.table, setup.unfold_table
     return {
         "benchmark": cfg.benchmark.name if cfg.benchmark else "",
         "training": entry.name,
@@ -152,9 +138,9 @@ def evaluation_params(cfg: DlbenchConfig, entry, setup: Setup) -> dict[str, obje
         "benchmark_dtype": cfg.dtype,
         "command": shlex.join(entry.command),
         **{f"profile.{k}": v for k, v in asdict(cfg.profile).items()},
+        **{f"evaluate.outliers.{k}": v for k, v in asdict(cfg.evaluate.outliers).items()},
         "evaluate.bracket": cfg.evaluate.bracket,
         "evaluate.caches": cfg.evaluate.caches,
-        **{f"evaluate.outliers.{k}": v for k, v in asdict(cfg.evaluate.outliers).items()},
         **{f"measure.{k}": v for k, v in asdict(cfg.measure).items()},
         **{f"match.training.{k}": v for k, v in table.training.items()},
         "match_table": table.source,
@@ -164,9 +150,9 @@ def evaluation_params(cfg: DlbenchConfig, entry, setup: Setup) -> dict[str, obje
 
 def with_evaluation_caches(cfg: DlbenchConfig) -> DlbenchConfig:
     """The config the evaluation measures with: ``measure.caches`` is ``evaluate.caches`` (and logged so)."""
-    if cfg.evaluate.caches == "cold" and cfg.backend != "torch":
+    if cfg.evaluate.caches != "hot" and cfg.backend != "torch":
         raise ConfigurationError(
-            f"backend={cfg.backend} times its kernels with hot caches only, and evaluate.caches=cold (the default) "
+            f"backend={cfg.backend} times its kernels with hot caches only, and evaluate.caches={cfg.evaluate.caches} "
             "needs the embedded torch kernels: add evaluate.caches=hot, or use backend=torch"
         )
     return replace(cfg, measure=replace(cfg.measure, caches=cfg.evaluate.caches))
@@ -200,13 +186,14 @@ class TrainedStep:
     extraction: Any
     facts: Any
     step: Any
+    placed: Any
     profile: pd.DataFrame
-    ran: Any
+    folded: pd.DataFrame
     notes: tuple[str, ...]
 
 
 def prepare(cfg: DlbenchConfig, ctx: AppContext) -> Setup:
-    """The checks made before anything runs, and the evaluation's working folder (emptied)."""
+    """The checks made before anything runs, and the evaluation's working folder (a fresh one)."""
     bench = cfg.benchmark
     if bench is None or bench.kind != "training":
         raise ConfigurationError(
@@ -217,9 +204,7 @@ def prepare(cfg: DlbenchConfig, ctx: AppContext) -> Setup:
     entry, arguments = training_entry(cfg, registry)
     check_training_dtype(cfg, entry)
     check_steady_steps(cfg, entry)
-    workdir = ctx.output_dir / "evaluate" / bench.name
-    shutil.rmtree(workdir, ignore_errors=True)
-    workdir.mkdir(parents=True)
+    workdir = fresh_folder(ctx.output_dir / "evaluate", bench.name)
     load_start = os.getloadavg()[0]
     if cfg.threads == 0 and load_start > (os.cpu_count() or 1):
         log.warning(
@@ -232,14 +217,14 @@ def prepare(cfg: DlbenchConfig, ctx: AppContext) -> Setup:
     return Setup(registry, entry, arguments, device, match_table(cfg), training_unfold_table(cfg), workdir, load_start)
 
 
-def train_step(cfg: DlbenchConfig, setup: Setup, run) -> TrainedStep:
-    """Train the script under the profiler (its network exported, its tensors' statistics recorded when causes
-    are checked) and make its network a training step's operations."""
-    entry = setup.entry
+def train_step(cfg: DlbenchConfig, setup: Setup, run, params: dict[str, object]) -> TrainedStep:
+    """Train the script under the profiler (its network exported; its tensors recorded in the last warm-up batch
+    when the outliers' causes are checked) and make its network a training step's operations."""
+    entry, bench_name = setup.entry, cfg.benchmark.name  # type: ignore[union-attr]
     log.info("training %s (profiling %d batches after %d)", entry.name, cfg.profile.batches, cfg.profile.warmup)
     stats = cfg.evaluate.outliers.causes and cfg.profile.warmup > 0
     trained = run_training(cfg, entry, setup.arguments, setup.workdir, export=True, tensor_stats=stats)
-    run.log_params(script_params(trained.facts, evaluation_params(cfg, entry, setup)))
+    run.log_params(script_params(trained.facts, params))
     check_ran_in_dtype(cfg, entry, trained.facts)
     threads = ThreadAgreement.of(cfg.threads, trained.facts)  # the benchmarks run with the script's threads
     thread_notes = threads.announce(run)
@@ -265,25 +250,27 @@ def train_step(cfg: DlbenchConfig, setup: Setup, run) -> TrainedStep:
     facts = graph_facts(trained.model_path, batch_size).with_inferred_outputs(extraction.nodes)
     ran = step_run(trained.facts, profile, folded)  # the loss and optimizer the script ran
     step = training_step(forward, unfolding, facts, setup.table.training, DTYPE_BYTES.get(cfg.dtype, 4), ran)
+    placed = None
+    if cfg.evaluate.caches == "step":  # each operation's footprint in this step decides its cache state
+        step, placed = placed_step(step, unfolding, extraction.nodes, facts, DTYPE_BYTES.get(cfg.dtype, 4))
     run.set_tags({"dlbench.model_sha256": extraction.sha256})
-    log_workload(run, step.operations, f"{cfg.benchmark.name}-training-step", str(trained.model_path))  # type: ignore[union-attr]
+    log_workload(run, step.operations, f"{bench_name}-training-step", str(trained.model_path))
     run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations), **ran_params(ran)})
-    bench_cfg = replace(cfg, threads=threads.benchmark)
-    notes = (*thread_notes, *fused_notes, *step.notes)
-    return TrainedStep(trained, threads, bench_cfg, batches, measured_ms, profiled_ms, batch_size, extraction,
-                       facts, step, profile, ran, notes)  # fmt: skip
+    notes = (*thread_notes, *fused_notes, *step.notes, *(placed.run_notes() if placed else []))
+    return TrainedStep(trained, threads, replace(cfg, threads=threads.benchmark), batches, measured_ms, profiled_ms,
+                       batch_size, extraction, facts, step, placed, profile, folded, notes)  # fmt: skip
 
 
 def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     cfg = with_evaluation_caches(cfg)
     setup = prepare(cfg, ctx)
-    bench, device = cfg.benchmark, setup.device
+    bench, device, registry = cfg.benchmark, setup.device, setup.registry
     assert bench is not None
     name = job_run_name(cfg, bench.name, ["eval", cfg.backend], device)
-    params = evaluation_params(cfg, setup.entry, setup)
+    params = evaluation_params(cfg, setup.entry, device, setup.table, setup.unfold_table)
     with open_run(cfg, ctx, kind="evaluation", benchmark=bench.name, name=name, params=params) as run:
-        reference_before = measure_reference(cfg, ctx, setup.registry, device, "before")
-        t = train_step(cfg, setup, run)
+        reference_before = measure_reference(cfg, ctx, registry, device, "before")
+        t = train_step(cfg, setup, run, params)
         machine = MachineRecord(run)
         measurements, implementations, plan = measure_step(t.bench_cfg, ctx, t.step.operations, device, run, machine)
         weights = {
@@ -293,10 +280,11 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         }
         matched = match_profile(t.profile, t.step.operations, t.step.passes, setup.table, weights)
         frame = prediction_frame(t.step, measurements, implementations, matched.assigned_us)
-        framework_ms = measure_framework(t.bench_cfg, ctx, setup.registry, device, run, machine)
+        frame = with_rotation_columns(frame, t.step.operations, ctx.output_dir / "protocol", "_evaluate")
+        framework_ms = measure_framework(t.bench_cfg, ctx, registry, device, run, machine)
         frame["machine_busy"] = frame["id"].map(machine.busy)
         if device == "cuda":  # the framework's cost is the host's: its issuing time, not the events' span
-            framework_ms = host_framework_ms(ctx.output_dir / "protocol", framework_ms)
+            framework_ms = host_framework_ms(read_launch_ms(ctx.output_dir / "protocol", FRAMEWORK_OUT), framework_ms)
         measured_ms, bracket = t.measured_ms, {}
         if cfg.evaluate.bracket:
             log.info("training %s again after the benchmarks (evaluate.bracket)", setup.entry.name)
@@ -304,16 +292,16 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             run.log_artifact(again.profile_dir / BATCHES_FILE, "profile/bracket")
             after = pd.read_csv(again.profile_dir / BATCHES_FILE)
             measured_ms, bracket = bracketed_step_ms(t.batches, after, cfg.profile.warmup)
-        drift = Drift(reference_before, measure_reference(cfg, ctx, setup.registry, device, "after"))
-        layout = len(t.extraction.layout_nodes)
-        terms = prediction_terms(frame, framework_terms(t.facts.autograd_nodes, layout, framework_ms))
-        terms, metrics, dp_notes = predict_step(
-            cfg, ctx, setup, t, run, (frame, terms, matched), measured_ms, framework_ms.get("dispatch", 0.0)
-        )
+        drift = Drift(reference_before, measure_reference(cfg, ctx, registry, device, "after"))
+        terms = prediction_terms(frame, framework_terms(t.facts.autograd_nodes, len(t.extraction.layout_nodes),
+                                                        framework_ms))  # fmt: skip
+        terms, metrics, dp_notes = predict_step(cfg, ctx, setup, t, run, (frame, terms, matched), measured_ms,
+                                                framework_ms.get("dispatch", 0.0))  # fmt: skip
         metrics.update(model_coverage(t.extraction, plan.served_types).metrics())
         metrics.update({"load_average_start": setup.load_start, "load_average_end": os.getloadavg()[0]})
         metrics.update({**drift.metrics(), **bracket, **interference_record(machine.reports)[0]})
         metrics.update(t.threads.metrics())
+        metrics.update({"step_working_set_bytes": t.placed.working_set_bytes} if t.placed else {})
         notes = list(t.notes) + [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
         not_costed_notes, not_costed_metrics = not_costed_time(t.step.not_costed, t.profile, t.profiled_ms)
         notes += not_costed_notes + dp_notes
@@ -335,33 +323,28 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
 
 
 def predict_step(
-    cfg: DlbenchConfig,
-    ctx: AppContext,
-    setup: Setup,
-    t: TrainedStep,
-    run,
-    tables: tuple,
-    measured_ms: float,
+    cfg: DlbenchConfig, ctx: AppContext, setup: Setup, t: TrainedStep, run, tables: tuple, measured_ms: float,
     dispatch_ms: float,
-) -> tuple[pd.DataFrame, dict[str, float], list[str]]:
-    """The prediction's terms (a data-parallel step's all-reduce too) and run-level metrics, with the notes
-    that explain them."""
+) -> tuple[pd.DataFrame, dict[str, float], list[str]]:  # fmt: skip
+    """The prediction's terms (a data-parallel step's all-reduce too; a GPU step's timeline) and run-level
+    metrics, with the notes that explain them."""
     frame, terms, matched = tables
     ran_with = effective_params(t.trained.facts)
-    data_parallel: dict[str, float] = {}
-    notes: list[str] = []
-    device = setup.device
+    single_terms, data_parallel, dp_notes = terms, {}, []
+    world_size = int(ran_with.get("world_size", cfg.world_size))
     if "bucket_cap_mb" in ran_with:  # a DistributedDataParallel script: its gradient all-reduce too
-        world_size = int(ran_with.get("world_size", cfg.world_size))
-        terms, data_parallel, notes = predict_data_parallel(
-            setup.registry, device, run_settings(t.bench_cfg, device), ctx.output_dir / "protocol", cfg.quiet, run,
-            ran_with, world_size, frame, terms, cfg.evaluate.communication_overlap, DTYPE_BYTES.get(cfg.dtype, 4),
-        )  # fmt: skip
+        ddp, terms, dp_notes = measure_data_parallel(t.bench_cfg, ctx, setup.registry, run, ran_with, frame, terms,
+                                                     world_size)  # fmt: skip
+    timeline = single = None
+    if setup.device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
+        launch = read_launch_ms(ctx.output_dir / "protocol")
+        timeline, single = (gpu_step(frame, x, launch, t.folded, dispatch_ms) for x in (terms, single_terms))
+    if dp_notes:  # the single-process and data-parallel steps from the same step model
+        pairs = ((single, single_terms), (timeline, terms))
+        steps = [x.step_us / 1e3 if x else float(y["ms"].sum()) for x, y in pairs]
+        data_parallel = ddp_model.data_parallel_metrics(*steps, ddp, world_size)
         if cfg.evaluate.single_process and world_size > 1:
             data_parallel.update(single_process_scaling(cfg, setup.registry, setup.workdir / "single", measured_ms))
-    timeline = None
-    if device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
-        timeline = gpu_step(frame, terms, ctx.output_dir / "protocol", t.profile["name"], dispatch_ms)
     metrics = prediction_metrics(frame, matched, measured_ms, t.profiled_ms, terms,
                                  timeline.step_us / 1e3 if timeline else None)  # fmt: skip
     if timeline is not None:
@@ -369,17 +352,34 @@ def predict_step(
                         "predicted_device_busy_ms": timeline.device_busy_us / 1e3})  # fmt: skip
         metrics.update(traced_lanes(t.trained.profile_dir))
     metrics.update(data_parallel)
-    return terms, metrics, notes
+    return terms, metrics, dp_notes
 
 
 def log_training_files(run, trained: TrainingRun, workdir: Path) -> None:
-    """The trained network, the profile's tables and traces, and the script's stderr, as artifacts."""
+    """The trained network, the profile's tables, traces and tensor records, the script's stderr, as artifacts."""
     assert trained.model_path is not None
     run.log_artifact(trained.model_path, "model")
     for path in sorted(trained.profile_dir.glob("*.csv")) + sorted(trained.profile_dir.glob("*.json*")):
         run.log_artifact(path, "profile")
     if (workdir / "stderr.txt").exists():
         run.log_artifact(workdir / "stderr.txt")
+
+
+def measure_data_parallel(cfg: DlbenchConfig, ctx: AppContext, registry: Registry, run, ran_with, frame, terms, ranks):
+    """DDP's step, the terms with its copies and all-reduce added, and notes: the all-reduce measured around each
+    bucket, the copies by Mul at each parameter's size; their protocol files and bucket schedule logged."""
+    device, plan = resolve_device(cfg.device), ddp_model.DataParallelPlan.of(ran_with, DTYPE_BYTES.get(cfg.dtype, 4))
+    settings, workdir = run_settings(cfg, device), ctx.output_dir / "protocol"
+    allreduce, _, files = measure_allreduce(registry, device, plan.allreduce_sizes, ranks, settings, workdir, cfg.quiet)
+    copies, copy_files = measure_gradient_copies(registry, device, plan.copy_elements, settings, workdir, cfg.quiet)
+    for path in (*sweep_paths(files), *copy_files):
+        run.log_artifact(path, "protocol")
+    threads = int(ran_with.get("threads", 0) or 0)
+    hides, reason = ddp_model.communication_hides(cfg.evaluate.communication_overlap, device, ranks, threads,
+                                                  physical_cores())  # fmt: skip
+    step, notes = ddp_model.predict_data_parallel(plan, allreduce, copies, frame, hides, reason)
+    run.log_table(step.overlap.schedule, "data_parallel_buckets.csv")
+    return step, ddp_model.data_parallel_terms(terms, step, ranks, len(plan.parameter_bytes)), notes
 
 
 def single_process_scaling(
@@ -391,9 +391,4 @@ def single_process_scaling(
     entry, arguments = training_entry(replace(cfg, world_size=1), registry)
     single = run_training(cfg, entry, arguments, workdir)
     single_ms, _, _ = measured_step_ms(pd.read_csv(single.profile_dir / BATCHES_FILE), cfg.profile.warmup)
-    return measured_scaling_metrics(single_ms, data_parallel_ms)
-
-
-def script_params(facts: dict, already: dict[str, object]) -> dict[str, object]:
-    """What the script ran with (reported, else observed), minus names dlbench already logged itself."""
-    return {k: v for k, v in effective_params(facts).items() if k not in already}
+    return ddp_model.measured_scaling_metrics(single_ms, data_parallel_ms)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import shlex
-import shutil
 from dataclasses import asdict
 from pathlib import Path
 
@@ -14,6 +13,7 @@ from dlbench.analysis.report import NOTE_TAG, training_note
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.errors import TaskFailed
+from dlbench.core.folders import fresh_folder
 from dlbench.core.process import meaningful_tail, run_command
 from dlbench.core.progress import progress
 from dlbench.operators.registry import TrainingBenchmark, command_availability, load_registry
@@ -62,10 +62,8 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     experiment_id = place.experiment_id
     name = job_run_name(cfg, bench.name, ["train"])
     params = training_params(cfg, entry, arguments)
-    workdir = ctx.output_dir / "training" / bench.name
-    profile_dir = workdir / "profile"
-    shutil.rmtree(workdir, ignore_errors=True)  # stale files must not pass for this run's profile
-    profile_dir.mkdir(parents=True)
+    workdir = fresh_folder(ctx.output_dir / "training", bench.name)  # no stale file passes for this profile
+    profile_dir = fresh_folder(workdir, "profile")
     command = [*entry.command, *arguments]
 
     with open_run(

@@ -10,12 +10,13 @@ import shlex
 import socket
 from collections.abc import Iterable, Sequence
 
+from dlbench.core.dtypes import SHORT_NAMES
+
 #: Significant digits of a logged metric: repeated timings scatter by far more than 0.1 %, so a fifth
 #: digit would be noise (and the UI would show 16 of them).
 METRIC_DIGITS = 4
 #: MLflow's limit on the length of a metric key
 MAX_KEY_CHARS = 250
-SHORT_DTYPES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 #: float32 in a run name says its math (``fp32_math``): fp32ieee, fp32tf32, fp32fw (the framework's default)
 SHORT_FP32_MATHS = {"ieee": "ieee", "tf32": "tf32", "framework": "fw"}
 HOST_CHARS = 12
@@ -38,7 +39,7 @@ def short_host(name: str | None = None) -> str:
 
 def short_dtype(dtype: str, fp32_math: str = "framework") -> str:
     """``fp16``, ``bf16``; float32 with its math: ``fp32ieee``, ``fp32tf32``, ``fp32fw``."""
-    short = SHORT_DTYPES.get(dtype, dtype)
+    short = SHORT_NAMES.get(dtype, dtype)
     return short + SHORT_FP32_MATHS.get(fp32_math, fp32_math) if dtype == "float32" else short
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import shlex
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from dlbench.config import DlbenchConfig
 from dlbench.core.allocator import allocator_environment
 from dlbench.core.cores import thread_environment
 from dlbench.core.errors import ConfigurationError, TaskFailed
+from dlbench.core.folders import fresh_folder
 from dlbench.core.process import ProcessResult, meaningful_tail, run_command
 from dlbench.operators.registry import Registry, TrainingBenchmark
 from dlbench.training.export import ENV_EXPORT, error_path
@@ -74,11 +74,8 @@ def run_training(
     network it is handed to ONNX (``DLBENCH_EXPORT_ONNX``), so the model is exactly the one trained.
     ``tensor_stats``: it records the inputs of every operator in the last warm-up batch
     (:mod:`dlbench.training.tensor_stats`)."""
-    profile_dir = workdir / "profile"
-    shutil.rmtree(profile_dir, ignore_errors=True)
-    profile_dir.mkdir(parents=True)
-    model_path = workdir / f"{entry.name}.onnx"
-    model_path.unlink(missing_ok=True)
+    profile_dir = fresh_folder(workdir, "profile")  # a second training in ``workdir`` gets profile-2
+    model_path = profile_dir / f"{entry.name}.onnx"
     # the instrumentation must not publish: this task logs one run itself
     extra = {"MLFLOW_RUN_ID": "", ENV_EXPORT: str(model_path) if export else "", ENV_STATS: "1" if tensor_stats else ""}
     env = script_environment(cfg, profile_dir, extra)

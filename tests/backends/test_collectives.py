@@ -157,3 +157,18 @@ def test_reported_allreduce_time_agrees_with_torch_distributed_timed_directly(tm
         ours.append(parse_output(output_path_for(tmp_path / "AllReduce.csv")).rows[0].median_ms)
         direct.append(direct_allreduce_ms(script, message, calls))
     assert min(ours) == pytest.approx(min(direct), rel=0.2), (ours, direct)
+
+
+def test_more_nccl_ranks_than_gpus_is_a_configuration_error_before_any_rank_starts(tmp_path: Path) -> None:
+    from dlbench.core.device import check_ranks_fit
+    from dlbench.core.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"world_size=2 on device=cuda needs 2 GPUs and this machine shows 1"):
+        check_ranks_fit([1, 2], "cuda", gpus=1)
+    check_ranks_fit([2], "cuda", gpus=2)
+    check_ranks_fit([4], "cpu", gpus=0)  # gloo: ranks share the CPU
+    check_ranks_fit([1], "cuda", gpus=0)  # one rank: the rank itself says whether it has a GPU
+    # the executable on this machine (no GPU it may use for two ranks): refused with the reason, no rank started
+    done = run_executable("AllReduce", [(0, [1024, 2])], tmp_path, DLBENCH_DEVICE="cuda")
+    assert done.returncode == 2
+    assert "world_size=2 on device=cuda needs 2 GPUs" in done.stderr and "rank exited" not in done.stderr

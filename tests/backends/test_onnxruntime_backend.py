@@ -30,7 +30,7 @@ from dlbench.operators.registry import load_registry
 from dlbench.operators.runner import RunSettings, measure_operations
 
 ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
-FAST = RunSettings(warmup=1, min_reps=2, max_reps=5, min_time_s=0.0, threads=1, timeout_s=300)
+FAST = RunSettings(warmup=1, min_reps=2, max_reps=5, min_time_s=0.0, threads=1, timeout_s=300, rounds=1)
 
 
 class Sample(nn.Module):

@@ -50,7 +50,8 @@ def test_what_the_runner_hands_over_is_what_a_kernel_reads_back() -> None:
         max_time_s=2.5,
     )  # fmt: skip
     env = settings.environment()
-    assert set(env) - {"OMP_NUM_THREADS", "GLIBC_TUNABLES"} <= set(ENV_VARS)  # the library's own, besides
+    threads = {"OMP_NUM_THREADS", "MKL_NUM_THREADS"}  # core/cores.py thread_environment
+    assert set(env) - threads - {"GLIBC_TUNABLES"} <= set(ENV_VARS)  # the library's own, besides
     read = from_environment([s.key for s in MEASURE_SETTINGS], env)
     assert read == {"warmup": 7, "min_reps": 3, "max_reps": 9, "min_time_s": 0.125, "op_budget_s": 1.5,
                     "memory_fraction": 0.8, "target_rel_ci": 0.05, "max_time_s": 2.5, "caches": "hot"}  # fmt: skip

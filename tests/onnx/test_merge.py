@@ -20,7 +20,7 @@ from dlbench.operators.reuse import ReuseKey, ReuseStore
 from dlbench.operators.runner import RunSettings, measure_operations
 
 INCEPTION = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light" / "light_inception_v1.onnx"
-QUICK = RunSettings(warmup=0, min_reps=1, max_reps=2, min_time_s=0.0, threads=1, timeout_s=300)
+QUICK = RunSettings(warmup=0, min_reps=1, max_reps=2, min_time_s=0.0, threads=1, timeout_s=300, rounds=1)
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from dlbench.operators.protocol import MAX_OUTPUT_BYTES
 from dlbench.operators.registry import OperatorBenchmark, load_registry
 from dlbench.operators.runner import RunSettings, measure_operations
 
-QUICK = RunSettings(warmup=0, min_reps=1, max_reps=2, min_time_s=0.0, threads=1, timeout_s=60)
+QUICK = RunSettings(warmup=0, min_reps=1, max_reps=2, min_time_s=0.0, threads=1, timeout_s=60, rounds=1)
 
 #: Each program reads the protocol input, then runs BODY with ``rows`` (lists of fields), ``out`` (the
 #: output path) and ``good(f, row)`` (writes a valid row: time = 1 + the row's first parameter, in ms).
@@ -251,7 +251,7 @@ with open(out, "w") as f:
     f.flush()
     time.sleep(600)
 """
-    settings = RunSettings(warmup=0, min_reps=1, max_reps=1, min_time_s=0.0, timeout_s=1.5)
+    settings = RunSettings(warmup=0, min_reps=1, max_reps=1, min_time_s=0.0, timeout_s=1.5, rounds=1)
     started = time.perf_counter()
     _, result, _ = measure(tmp_path, body, settings)
     assert time.perf_counter() - started < 10

@@ -5,8 +5,8 @@ its samples are that rank's."""
 
 from __future__ import annotations
 
+import inspect
 import math
-import os
 import statistics
 import sys
 import time
@@ -19,9 +19,10 @@ import torch.distributed as dist
 
 from dlbench.backends.collectives.ops import COLLECTIVES, UnsupportedRow
 from dlbench.backends.timing import TimingSettings
+from dlbench.core import dtypes
 from dlbench.core.collectives import bandwidths_gbs
-from dlbench.core.cores import physical_cores
 from dlbench.core.descriptors import DESCRIPTORS
+from dlbench.core.ranks import rank_place, threads_per_rank
 from dlbench.core.settings import from_environment
 from dlbench.core.values import TimeStats, median_rel_ci
 from dlbench.operators.protocol import (
@@ -34,26 +35,15 @@ from dlbench.operators.protocol import (
     samples_rows,
 )
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {name: getattr(torch, name) for name in dtypes.DTYPES}
 #: extra output columns (the protocol keeps named columns it does not know; results.csv recomputes them)
 BANDWIDTH_COLUMNS = ("algbw_gbs", "busbw_gbs")
 
 
-def process_group_from_environment() -> tuple[int, int, int]:
-    """rank, world size and local rank: torchrun's variables, else Slurm's (one task per rank)."""
-    env = os.environ
-    if "RANK" in env and "WORLD_SIZE" in env:
-        return int(env["RANK"]), int(env["WORLD_SIZE"]), int(env.get("LOCAL_RANK", env["RANK"]))
-    if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-        env.setdefault("MASTER_ADDR", "127.0.0.1")  # one node; several: export the first node's address
-        env.setdefault("MASTER_PORT", str(20000 + int(env.get("SLURM_JOB_ID", "0")) % 20000))  # same in every task
-        return int(env["SLURM_PROCID"]), int(env["SLURM_NTASKS"]), int(env.get("SLURM_LOCALID", "0"))
-    raise SystemExit("dlbench collectives --rank: set RANK and WORLD_SIZE (or run as a Slurm task)")
-
-
-def _threads_per_rank(threads: int, local_ranks: int) -> int:
-    """``threads=0`` (all physical cores) shared among the ranks of this machine, at least one each."""
-    return threads if threads > 0 else max(1, physical_cores() // max(local_ranks, 1))
+def bound_device(device: torch.device) -> dict[str, torch.device]:
+    """``device_id=`` for ``init_process_group`` where this torch has it (2.3 and later: NCCL's communicator
+    bound to the rank's GPU at once); older ones pick it up from ``torch.cuda.set_device``."""
+    return {"device_id": device} if "device_id" in inspect.signature(dist.init_process_group).parameters else {}
 
 
 def _timed_calls(call: Callable[[], object], sync: Callable[[], None], control: object, count: int) -> list[float]:
@@ -118,7 +108,11 @@ def main(argv: list[str]) -> int:
         )
         return 2
     op_type, input_path = argv[0], Path(argv[1])
-    rank, world, local_rank = process_group_from_environment()
+    place = rank_place()
+    if place is None:
+        print("dlbench collectives --rank: set RANK and WORLD_SIZE (or run as a Slurm task)", file=sys.stderr)
+        return 2
+    rank, world, local_rank = place.rank, place.world_size, place.local_rank
     run = from_environment(("threads", "dtype", "device"))
     dtype = DTYPES.get(str(run["dtype"]))
     if dtype is None:
@@ -130,14 +124,17 @@ def main(argv: list[str]) -> int:
     if device_name == "cuda" and not torch.cuda.is_available():
         print("dlbench collectives: DLBENCH_DEVICE=cuda but torch sees no CUDA device", file=sys.stderr)
         return 2
-    local_ranks = int(os.environ.get("LOCAL_WORLD_SIZE", os.environ.get("SLURM_NTASKS_PER_NODE", world)))
-    torch.set_num_threads(_threads_per_rank(int(run["threads"]), local_ranks))
+    torch.set_num_threads(threads_per_rank(int(run["threads"]), place.local_world_size))
     settings = TimingSettings.from_env()
     rows = read_input(input_path)
     if device_name == "cuda":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        if local_rank >= torch.cuda.device_count():  # NCCL: one GPU per rank, never two ranks on one
+            print(f"dlbench collectives: local rank {local_rank} has no GPU of its own ({torch.cuda.device_count()} "
+                  "visible): run at most one rank per GPU", file=sys.stderr)  # fmt: skip
+            return 2
+        device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
+        dist.init_process_group("nccl", rank=rank, world_size=world, **bound_device(device))
         control = dist.new_group(backend="gloo")  # barriers and agreement on the host, beside NCCL's streams
         sync: Callable[[], None] = torch.cuda.synchronize
     else:

@@ -11,7 +11,8 @@ from typing import Any
 
 import numpy as np
 
-from dlbench.core.nodes import ELEMENT_TYPES, AttributeSpec, NodeSpec, TensorSpec
+from dlbench.core.dtypes import ELEMENT_TYPES
+from dlbench.core.nodes import AttributeSpec, NodeSpec, TensorSpec
 
 #: Integer inputs that steer what a node computes (a shape, axes, pads, a count): without their values the
 #: node would run another problem, so it is refused rather than fed made-up numbers.

@@ -11,12 +11,12 @@ from typing import Any
 from dlbench.backends.onnxruntime.canonical import batchnorm_for_mode, canonical_node, forward_mode
 from dlbench.backends.onnxruntime.model import OneNodeModel, UnrunnableNode, build_model, with_float_type
 from dlbench.backends.timing import TimingSettings, time_repeated
+from dlbench.core.cores import resolve_threads
+from dlbench.core.dtypes import DTYPES
 from dlbench.core.glue import InvalidParameters
 from dlbench.core.settings import from_environment
 from dlbench.operators.node_file import NodeEntry, nodes_path_for, read_nodes
 from dlbench.operators.protocol import output_path_for, read_input
-
-DTYPES = ("float32", "float16", "bfloat16")
 
 
 class RowFailed(Exception):
@@ -41,8 +41,7 @@ def providers_for(device: str, available: list[str]) -> list[str]:
 
 def session_options(ort: Any, threads: int) -> Any:
     options = ort.SessionOptions()
-    if threads > 0:
-        options.intra_op_num_threads = threads
+    options.intra_op_num_threads = resolve_threads(threads)
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.log_severity_level = 3  # errors reach us as exceptions; warnings would flood stderr

@@ -11,12 +11,13 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from dlbench.core.dtypes import DTYPE_BYTES, ELEMENT_TYPE_NAMES
+
 Op = Callable[..., Any]
 Builder = Callable[[dict[str, Any], int], Op]
 
 #: ONNX TensorProto element types -> torch dtypes
-ONNX_DTYPES = {1: torch.float32, 2: torch.uint8, 3: torch.int8, 5: torch.int16, 6: torch.int32, 7: torch.int64,
-               9: torch.bool, 10: torch.float16, 11: torch.float64, 16: torch.bfloat16}  # fmt: skip
+ONNX_DTYPES = {number: getattr(torch, name) for number, name in ELEMENT_TYPE_NAMES.items() if name in DTYPE_BYTES}
 
 
 class UnsupportedNode(Exception):

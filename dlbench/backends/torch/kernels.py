@@ -21,6 +21,7 @@ from dlbench.backends.torch.pointwise import FUNCTIONS, cast, gelu, pointwise_ke
 from dlbench.backends.torch.pool import global_avg_pool, pool_kernel
 from dlbench.backends.torch.reduce import lrn, reduce_kernel
 from dlbench.backends.torch.training_ops import cross_entropy, dispatch
+from dlbench.core import dtypes
 
 KERNELS: dict[str, Kernel] = {
     "Conv": conv,
@@ -65,4 +66,4 @@ KERNELS: dict[str, Kernel] = {
     **{op_type: logic_kernel(op_type) for op_type in LOGIC},
 }
 
-DTYPES = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16}
+DTYPES = {name: getattr(torch, name) for name in dtypes.DTYPES}

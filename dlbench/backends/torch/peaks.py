@@ -21,6 +21,7 @@ import pandas as pd
 from dlbench.backends.timing import TimingSettings, time_repeated
 from dlbench.backends.torch.fp32_math import apply_fp32_math
 from dlbench.config import DlbenchConfig
+from dlbench.core.cores import resolve_threads
 from dlbench.core.roofline import Roofline
 
 log = logging.getLogger(__name__)
@@ -189,8 +190,7 @@ def measure_roofline(cfg: DlbenchConfig, device: str) -> tuple[Roofline, pd.Data
     dtypes emulated (each with the reason)."""
     import torch
 
-    if cfg.threads > 0:
-        torch.set_num_threads(cfg.threads)
+    torch.set_num_threads(resolve_threads(cfg.threads))
     settings = cfg.roofline
     timing = _settings(settings.min_time_s, settings.min_reps, settings.kernel_budget_s)
     rows = []

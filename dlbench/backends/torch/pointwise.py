@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from dlbench.backends.torch.params import Kernel, Pass, UnsupportedRow, aten, autograd_pass, glue, integer, mode_of
-from dlbench.core.glue import ONNX_ELEMENT_TYPES
+from dlbench.core.dtypes import ELEMENT_TYPE_NAMES
 
 #: The forward of each pointwise function, and whether its input must be positive (Sqrt, Log).
 FUNCTIONS: dict[str, tuple[Callable[[torch.Tensor], torch.Tensor], bool]] = {
@@ -68,7 +68,7 @@ def gelu(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass:
 
 
 def torch_dtype(onnx_type: int) -> torch.dtype:
-    name = ONNX_ELEMENT_TYPES[onnx_type][0]
+    name = ELEMENT_TYPE_NAMES[onnx_type]
     return getattr(torch, name)
 
 

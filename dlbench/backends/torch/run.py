@@ -15,10 +15,18 @@ from dlbench.backends.torch.fp32_math import apply_fp32_math
 from dlbench.backends.torch.kernels import DTYPES, KERNELS
 from dlbench.backends.torch.memory import free_memory, memory_problem, tensor_bytes
 from dlbench.backends.torch.params import UnsupportedRow
-from dlbench.backends.torch.rotation import cold_footprint, copies_for, rotated
+from dlbench.backends.torch.rotation import cold_footprint, copies_for, rotated, row_footprint
 from dlbench.core.allocator import release_free_heap
+from dlbench.core.cores import resolve_threads
 from dlbench.core.descriptors import DESCRIPTORS
 from dlbench.core.settings import CACHE_STATES, from_environment
+from dlbench.operators.footprint_file import (
+    ROTATION_HEADER,
+    footprints_path_for,
+    read_footprints,
+    rotation_line,
+    rotation_path_for,
+)
 from dlbench.operators.protocol import (
     SAMPLES_HEADER,
     output_header,
@@ -28,9 +36,6 @@ from dlbench.operators.protocol import (
     samples_path_for,
     samples_rows,
 )
-
-#: torch's own thread count, for ``DLBENCH_THREADS=0`` after a request with another count (a worker serves many)
-LIBRARY_THREADS = torch.get_num_threads()
 
 
 def _memory_fraction_from_env() -> float:
@@ -54,6 +59,26 @@ def _device_from_env() -> torch.device:
     return torch.device(name)
 
 
+def _configure() -> tuple[torch.dtype, str] | None:
+    """Threads and float32 math set from the environment; its dtype and cache state, or None after saying
+    what is wrong."""
+    try:
+        run = from_environment(("threads", "dtype", "caches", "fp32_math"))
+        apply_fp32_math(str(run["fp32_math"]))
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return None
+    torch.set_num_threads(resolve_threads(int(run["threads"])))
+    dtype_name = str(run["dtype"])
+    if dtype_name not in DTYPES:
+        print(f"DLBENCH_DTYPE={dtype_name!r}: use one of {', '.join(DTYPES)}", file=sys.stderr)
+        return None
+    if run["caches"] not in CACHE_STATES:
+        print(f"DLBENCH_CACHES={run['caches']!r}: use one of {', '.join(CACHE_STATES)}", file=sys.stderr)
+        return None
+    return DTYPES[dtype_name], str(run["caches"])
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in KERNELS:
@@ -61,30 +86,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     op_type, input_path = args[0], Path(args[1])
     descriptors = DESCRIPTORS[op_type]
-    try:
-        run = from_environment(("threads", "dtype", "caches", "fp32_math"))
-        apply_fp32_math(str(run["fp32_math"]))
-    except ValueError as err:
-        print(err, file=sys.stderr)
+    configured = _configure()
+    if configured is None:
         return 2
-    threads = int(run["threads"])
-    torch.set_num_threads(threads if threads > 0 else LIBRARY_THREADS)
+    dtype, caches = configured
     device = _device_from_env()
-    dtype_name = str(run["dtype"])
-    if dtype_name not in DTYPES:
-        print(f"DLBENCH_DTYPE={dtype_name!r}: use one of {', '.join(DTYPES)}", file=sys.stderr)
-        return 2
-    dtype = DTYPES[dtype_name]
-    if run["caches"] not in CACHE_STATES:
-        print(f"DLBENCH_CACHES={run['caches']!r}: use one of {', '.join(CACHE_STATES)}", file=sys.stderr)
-        return 2
     settings = TimingSettings.from_env()
     memory_fraction = _memory_fraction_from_env()
     element_size = torch.empty((), dtype=dtype).element_size()
-    footprint = cold_footprint(str(run["caches"]), device)
+    cap = cold_footprint(caches, device)
     clock = clock_for(device.type)  # CUDA events on a GPU: device time, no synchronize per call
     try:
         rows = read_input(input_path)
+        step_footprints = read_footprints(footprints_path_for(input_path)) if caches == "step" else {}
     except (OSError, ValueError) as err:
         print(f"cannot read {input_path}: {err}", file=sys.stderr)
         return 2
@@ -92,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     with (
         output_path_for(input_path).open("w", encoding="utf-8") as out,
         samples_path_for(input_path).open("w", encoding="utf-8") as samples_out,
+        rotation_path_for(input_path).open("w", encoding="utf-8") as rotation_out,
         torch.inference_mode(False),
         torch.no_grad(),
     ):
@@ -99,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         out.write(output_header(launch=launch))
         out.flush()
         samples_out.write(SAMPLES_HEADER)
+        rotation_out.write(",".join(ROTATION_HEADER) + "\n")
         for op_id, values in rows:
             try:
                 if len(values) != len(descriptors):
@@ -108,6 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                 params = dict(zip(descriptors, values, strict=True))
                 release_free_heap()  # every row starts from the same heap, whatever the rows before it freed
                 row_bytes = tensor_bytes(op_type, params, element_size)
+                footprint = row_footprint(caches, cap, row_bytes, step_footprints.get(op_id))
                 copies = copies_for(row_bytes, footprint)
                 skip = memory_problem(row_bytes * copies, free_memory(device), memory_fraction)
                 if skip:
@@ -115,6 +132,8 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"id {op_id}: {skip}", file=sys.stderr, flush=True)
                     continue
                 fn = rotated(partial(KERNELS[op_type], params, device, dtype), copies)
+                rotation_out.write(rotation_line(op_id, row_bytes, copies, cap))
+                rotation_out.flush()
                 timing = time_repeated(fn, settings, clock=clock)
                 del fn  # free this row's tensors before the next row is sized
                 if device.type == "cuda":

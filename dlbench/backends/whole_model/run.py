@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from dlbench.backends.timing import TimingSettings
+from dlbench.core.cores import resolve_threads
 from dlbench.core.settings import from_environment
 from dlbench.core.values import median_rel_ci
 
@@ -81,8 +82,7 @@ def torch_engine(model: Any, feeds: dict[str, np.ndarray], threads: int) -> tupl
 
     from dlbench.backends.torch.graph import TorchGraph
 
-    if threads > 0:
-        torch.set_num_threads(threads)
+    torch.set_num_threads(resolve_threads(threads))
     graph = TorchGraph(model, feeds)
     inputs = {name: torch.from_numpy(array) for name, array in feeds.items()}
     outputs = [t.numpy() for t in graph(inputs)]
