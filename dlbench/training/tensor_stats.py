@@ -33,6 +33,7 @@ def tensor_record(tensor: Any) -> dict[str, Any]:
         and not tensor.is_contiguous()
         and bool(tensor.is_contiguous(memory_format=torch.channels_last)),
         "numel": int(tensor.numel()),
+        "device": tensor.device.type,
     }
     if tensor.numel() == 0 or tensor.is_sparse or tensor.device.type == "meta":
         return record

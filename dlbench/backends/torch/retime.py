@@ -92,8 +92,9 @@ def build_tensor(record: dict[str, Any], variant: set[str], plain_dtype: str) ->
     else:
         low, high = int(record.get("min", 0)), int(record.get("max", 1))
         flat = torch.randint(low, high + 1, (numel,), dtype=dtype)
+    flat = flat.to(record.get("device", "cpu"))
     if record["numel"] == 0:
-        return torch.empty(shape, dtype=dtype)
+        return torch.empty(shape, dtype=dtype, device=flat.device)
     return flat.as_strided(shape, strides) if strided else flat[: record["numel"]].reshape(shape)
 
 
@@ -151,6 +152,8 @@ def time_item(item: dict[str, Any], plain_threads: int, plain_dtype: str, pool: 
                         {k: decode(v, variant, plain_dtype) for k, v in call["kwargs"].items()})  # fmt: skip
     samples: dict[str, list[float]] = {name: [] for name in variants}
     competitors = int(round(item.get("competitors", 0)))
+    cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
+    sync = torch.cuda.synchronize if cuda else (lambda: None)  # a GPU call is timed to its end
     order = list(variants)
     for round_index in range(MAX_ROUNDS):
         random.shuffle(order)
@@ -160,8 +163,10 @@ def time_item(item: dict[str, Any], plain_threads: int, plain_dtype: str, pool: 
             args, kwargs = inputs[name]
             with pool.running(competitors if threaded else 0) if pool is not None else _Running([]):
                 func(*args, **kwargs)  # a warm-up call per round: the competitors have started
+                sync()
                 start = time.perf_counter()
                 func(*args, **kwargs)
+                sync()
                 samples[name].append(time.perf_counter() - start)
         if round_index + 1 >= MIN_ROUNDS and min(sum(s) for s in samples.values()) >= MIN_TIME_S:
             break
