@@ -13,6 +13,7 @@ from omegaconf import MISSING
 
 from dlbench.core.change_rules import CONFIDENCE, NOISE_THRESHOLD, RESAMPLES, compare_problem
 from dlbench.core.dtypes import DTYPES
+from dlbench.core.outliers import OutliersConfig
 from dlbench.core.resolvers import register_resolvers
 from dlbench.core.settings import CACHE_STATES, FP32_MATHS, default
 
@@ -119,10 +120,9 @@ class EvaluateConfig:
     communication_overlap: str = "auto"
     #: a data-parallel step: also train the script as one process (same batch per rank): the scaling efficiency
     single_process: bool = True
-    #: ``training``: a training step; ``inference``: the script's real network served in eval mode (and with
-    #: ``compile``, ``torch.compile``d), predicted from its eval-mode export (docs/inference-engines.md)
-    mode: str = "training"
+    mode: str = "training"  # or inference: the script's network served in eval mode (docs/inference-engines.md)
     compile: bool = False
+    outliers: OutliersConfig = field(default_factory=OutliersConfig)
 
     def __post_init__(self) -> None:
         check_cache_state("evaluate.caches", self.caches)
