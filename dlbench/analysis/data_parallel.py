@@ -242,7 +242,7 @@ def predict_data_parallel(
     """The terms with DDP's copies and exposed all-reduce added, the data-parallel metrics and notes; the
     all-reduce is measured now at the sizes around each bucket, the copies by the Mul benchmark at each
     parameter's size, and the bucket schedule logged as a table."""
-    from dlbench.operators.collectives import measure_allreduce, measure_gradient_copies, sweep_paths
+    from dlbench.operators.collectives import measure_allreduce, measure_gradient_copies
 
     parameter_bytes = parameter_bytes_from_facts(params)
     cap = float(params.get("bucket_cap_mb", 25.0))  # type: ignore[arg-type]
@@ -253,8 +253,7 @@ def predict_data_parallel(
     copies, copy_files = measure_gradient_copies(
         registry, device, sorted({b // element_bytes for b in parameter_bytes}), settings, workdir, quiet  # type: ignore[arg-type]
     )  # fmt: skip
-    for path in (*sweep_paths(files), *copy_files):
-        run.log_artifact(path, "protocol")  # type: ignore[attr-defined]
+    run.log_files([*files.existing(), *copy_files], "protocol")  # type: ignore[attr-defined]
     threads = int(params.get("threads", 0) or 0)  # type: ignore[call-overload]
     hides, reason = communication_hides(overlap_setting, device, world_size, threads, physical_cores())
     step = data_parallel_step(

@@ -75,6 +75,11 @@ class SweepFiles:
     #: every round of every operation, when measured in interleaved rounds
     rounds_csv: Path | None = None
 
+    def existing(self) -> list[Path]:
+        """The sweep's protocol files that were written (to log as artifacts)."""
+        paths = (self.input_csv, self.output_csv, self.stderr_txt, self.samples_csv, self.rounds_csv)
+        return [p for p in paths if p is not None and p.exists()]
+
 
 def sweep_files(workdir: Path, stem: str) -> SweepFiles:
     input_csv = workdir / f"{stem}.csv"

@@ -130,9 +130,7 @@ def measure_step(
         for op in ops:
             measurements[op.id] = result.measurements[op.id]
             implementations[op.id] = entry.name
-        for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
-            if path is not None and path.exists():
-                run.log_artifact(path, "protocol")
+        run.log_files(files.existing(), "protocol")
         machine.add(entry.name, result, ops)
         if result.interrupted:
             raise KeyboardInterrupt(f"{entry.name} was interrupted")
@@ -155,9 +153,7 @@ def measure_framework(
     result, files = measure_with_progress(
         entries[0], operations, run_settings(cfg, device), ctx.output_dir / "protocol", "framework", cfg.quiet
     )
-    for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
-        if path is not None and path.exists():
-            run.log_artifact(path, "protocol")
+    run.log_files(files.existing(), "protocol")
     machine.add(entries[0].name, result, operations)
     if result.interrupted:
         raise KeyboardInterrupt(f"{entries[0].name} was interrupted")
@@ -353,10 +349,8 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         title = f"{bench.name} bs{batch_size} {cfg.backend} {device}"
         log_evaluation(run, evaluation, cfg.backend, title)
         run.log_artifact(trained.model_path, "model")
-        for path in sorted(trained.profile_dir.glob("*.csv")) + sorted(trained.profile_dir.glob("*.json")):
-            run.log_artifact(path, "profile")
-        if (workdir / "stderr.txt").exists():
-            run.log_artifact(workdir / "stderr.txt")
+        run.log_files(sorted(trained.profile_dir.glob("*.csv")) + sorted(trained.profile_dir.glob("*.json")), "profile")
+        run.log_files([workdir / "stderr.txt"])
         print_evaluation(run.run_name, run.run_id, evaluation)
     return 0
 
