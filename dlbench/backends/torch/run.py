@@ -7,6 +7,7 @@ import os
 import sys
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -52,6 +53,39 @@ def _device_from_env() -> torch.device:
     return torch.device(name)
 
 
+def _environment() -> tuple[torch.dtype, str]:
+    """Threads, float32 math, dtype and cache state from the ``DLBENCH_*`` variables (applied where they are
+    switches); a ``ValueError`` names the variable that is wrong."""
+    run = from_environment(("threads", "dtype", "caches", "fp32_math"))
+    apply_fp32_math(str(run["fp32_math"]))
+    torch.set_num_threads(resolve_threads(int(run["threads"])))
+    if str(run["dtype"]) not in DTYPES:
+        raise ValueError(f"DLBENCH_DTYPE={run['dtype']!r}: use one of {', '.join(DTYPES)}")
+    if run["caches"] not in CACHE_STATES:
+        raise ValueError(f"DLBENCH_CACHES={run['caches']!r}: use one of {', '.join(CACHE_STATES)}")
+    return DTYPES[str(run["dtype"])], str(run["caches"])
+
+
+def _time_row(
+    op_type: str, params: dict, device: torch.device, dtype: torch.dtype, footprint: int, settings: TimingSettings,
+    clock: object, memory_fraction: float,
+) -> Any:  # fmt: skip
+    """One row's kernel timed (its tensors rotated through ``footprint`` for cold caches), or why it is skipped
+    (it would not fit in memory)."""
+    release_free_heap()  # every row starts from the same heap, whatever the rows before it freed
+    row_bytes = tensor_bytes(op_type, params, torch.empty((), dtype=dtype).element_size())
+    copies = copies_for(row_bytes, footprint)
+    skip = memory_problem(row_bytes * copies, free_memory(device), memory_fraction)
+    if skip:
+        return skip
+    fn = rotated(partial(KERNELS[op_type], params, device, dtype), copies)
+    timing = time_repeated(fn, settings, clock=clock)
+    del fn  # free this row's tensors before the next row is sized
+    if device.type == "cuda":
+        torch.cuda.empty_cache()  # else the caching allocator's hold shows as used memory
+    return timing
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in KERNELS:
@@ -60,26 +94,14 @@ def main(argv: list[str] | None = None) -> int:
     op_type, input_path = args[0], Path(args[1])
     descriptors = DESCRIPTORS[op_type]
     try:
-        run = from_environment(("threads", "dtype", "caches", "fp32_math"))
-        apply_fp32_math(str(run["fp32_math"]))
+        dtype, caches = _environment()
     except ValueError as err:
         print(err, file=sys.stderr)
         return 2
-    threads = int(run["threads"])
-    torch.set_num_threads(resolve_threads(threads))
     device = _device_from_env()
-    dtype_name = str(run["dtype"])
-    if dtype_name not in DTYPES:
-        print(f"DLBENCH_DTYPE={dtype_name!r}: use one of {', '.join(DTYPES)}", file=sys.stderr)
-        return 2
-    dtype = DTYPES[dtype_name]
-    if run["caches"] not in CACHE_STATES:
-        print(f"DLBENCH_CACHES={run['caches']!r}: use one of {', '.join(CACHE_STATES)}", file=sys.stderr)
-        return 2
     settings = TimingSettings.from_env()
     memory_fraction = _memory_fraction_from_env()
-    element_size = torch.empty((), dtype=dtype).element_size()
-    footprint = cold_footprint(str(run["caches"]), device)
+    footprint = cold_footprint(caches, device)
     clock = clock_for(device.type)  # CUDA events on a GPU: device time, no synchronize per call
     try:
         rows = read_input(input_path)
@@ -104,19 +126,11 @@ def main(argv: list[str] | None = None) -> int:
                         f"{len(values)} parameters, {op_type} takes {len(descriptors)}: {', '.join(descriptors)}"
                     )
                 params = dict(zip(descriptors, values, strict=True))
-                release_free_heap()  # every row starts from the same heap, whatever the rows before it freed
-                row_bytes = tensor_bytes(op_type, params, element_size)
-                copies = copies_for(row_bytes, footprint)
-                skip = memory_problem(row_bytes * copies, free_memory(device), memory_fraction)
-                if skip:
+                timing = _time_row(op_type, params, device, dtype, footprint, settings, clock, memory_fraction)
+                if isinstance(timing, str):
                     failed += 1
-                    print(f"id {op_id}: {skip}", file=sys.stderr, flush=True)
+                    print(f"id {op_id}: {timing}", file=sys.stderr, flush=True)
                     continue
-                fn = rotated(partial(KERNELS[op_type], params, device, dtype), copies)
-                timing = time_repeated(fn, settings, clock=clock)
-                del fn  # free this row's tensors before the next row is sized
-                if device.type == "cuda":
-                    torch.cuda.empty_cache()  # else the caching allocator's hold shows as used memory
             except (UnsupportedRow, RuntimeError, MemoryError) as err:
                 failed += 1
                 print(f"id {op_id}: {op_type} cannot run: {err}", file=sys.stderr, flush=True)
