@@ -24,8 +24,6 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from dlbench.core.cores import physical_cores
-
 #: DDP's first bucket when bucket_cap_mb is left to its default (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES):
 #: the last layers' gradients leave early; with bucket_cap_mb given, DDP closes the first bucket at that cap
 FIRST_BUCKET_BYTES = 1024 * 1024
@@ -187,23 +185,26 @@ def data_parallel_step(
     )
 
 
-def data_parallel_metrics(single_step_ms: float, step: DataParallelStep, world_size: int) -> dict[str, float]:
-    """The step's data-parallel figures: the single-process prediction, DDP's copies, the communication, the
-    exposed part, and the predicted scaling efficiency (single-process step over data-parallel step, same batch
-    per rank)."""
+def data_parallel_metrics(
+    single_step_ms: float, data_parallel_step_ms: float, step: DataParallelStep, world_size: int
+) -> dict[str, float]:
+    """The step's data-parallel figures: the single-process prediction and the data-parallel one (both from the
+    same step model: on a GPU the two-lane timeline, where DDP's terms run on the device lane; on a CPU the
+    sum of terms), DDP's copies, the communication, the exposed part, and the predicted scaling efficiency
+    (single-process step over data-parallel step, same batch per rank)."""
     overlap = step.overlap
-    copies = step.copy_in_ms + step.copy_out_ms
-    predicted = single_step_ms + copies + overlap.exposed_ms
     return {
         "world_size": float(world_size),
         "step_time_single_process_predicted_ms": single_step_ms,
-        "ddp_gradient_copies_ms": copies,
+        "ddp_gradient_copies_ms": step.copy_in_ms + step.copy_out_ms,
         "allreduce_total_ms": overlap.communication_ms,
         "allreduce_exposed_ms": overlap.exposed_ms,
         "allreduce_buckets": float(len(overlap.schedule)),
         "allreduce_hidden_by_backward": float(overlap.hidden),
         "allreduce_exposed_if_hidden_ms": overlap.exposed_if_hidden_ms,
-        "scaling_efficiency_predicted": single_step_ms / predicted if predicted > 0 else math.nan,
+        "scaling_efficiency_predicted": (
+            single_step_ms / data_parallel_step_ms if data_parallel_step_ms > 0 else math.nan
+        ),
     }
 
 
@@ -234,36 +235,36 @@ def data_parallel_terms(terms: pd.DataFrame, step: DataParallelStep, world_size:
     return pd.concat([terms, pd.DataFrame(rows)], ignore_index=True)
 
 
-def predict_data_parallel(
-    registry: object, device: str, settings: object, workdir: object, quiet: bool, run: object,
-    params: Mapping[str, object], world_size: int, frame: pd.DataFrame, terms: pd.DataFrame,
-    overlap_setting: str = "auto", element_bytes: int = 4,
-) -> tuple[pd.DataFrame, dict[str, float], list[str]]:  # fmt: skip
-    """The terms with DDP's copies and exposed all-reduce added, the data-parallel metrics and notes; the
-    all-reduce is measured now at the sizes around each bucket, the copies by the Mul benchmark at each
-    parameter's size, and the bucket schedule logged as a table."""
-    from dlbench.operators.collectives import measure_allreduce, measure_gradient_copies
+@dataclass(frozen=True)
+class DataParallelPlan:
+    """What a data-parallel prediction measures for a script's report: its DDP buckets (bytes, launch order),
+    the all-reduce sizes around them, and the gradients' element counts (DDP's copies)."""
 
-    parameter_bytes = parameter_bytes_from_facts(params)
-    cap = float(params.get("bucket_cap_mb", 25.0))  # type: ignore[arg-type]
-    buckets = ddp_buckets(parameter_bytes, cap, first_bucket_cap_from_facts(params))
-    measured, _, files = measure_allreduce(
-        registry, device, bracketing_sizes(buckets), world_size, settings, workdir, quiet  # type: ignore[arg-type]
-    )  # fmt: skip
-    copies, copy_files = measure_gradient_copies(
-        registry, device, sorted({b // element_bytes for b in parameter_bytes}), settings, workdir, quiet  # type: ignore[arg-type]
-    )  # fmt: skip
-    run.log_files([*files.existing(), *copy_files], "protocol")  # type: ignore[attr-defined]
-    threads = int(params.get("threads", 0) or 0)  # type: ignore[call-overload]
-    hides, reason = communication_hides(overlap_setting, device, world_size, threads, physical_cores())
+    parameter_bytes: tuple[int, ...]
+    element_bytes: int
+    buckets: tuple[int, ...]
+    allreduce_sizes: tuple[int, ...]
+    copy_elements: tuple[int, ...]
+
+    @classmethod
+    def of(cls, params: Mapping[str, object], element_bytes: int) -> DataParallelPlan:
+        parameter_bytes = parameter_bytes_from_facts(params)
+        cap = float(params.get("bucket_cap_mb", 25.0))  # type: ignore[arg-type]
+        buckets = ddp_buckets(parameter_bytes, cap, first_bucket_cap_from_facts(params))
+        return cls(tuple(parameter_bytes), element_bytes, tuple(buckets), tuple(bracketing_sizes(buckets)),
+                   tuple(sorted({b // element_bytes for b in parameter_bytes})))  # fmt: skip
+
+
+def predict_data_parallel(
+    plan: DataParallelPlan, allreduce_ms: Mapping[int, float], copy_ms: Mapping[int, float], frame: pd.DataFrame,
+    hides: bool, reason: str,
+) -> tuple[DataParallelStep, list[str]]:  # fmt: skip
+    """DDP's step from the measured all-reduce (``allreduce_ms`` by message bytes) and gradient copies
+    (``copy_ms`` by elements), against the backward pass of the prediction ``frame``; and its notes."""
     step = data_parallel_step(
-        backward_ms(frame), buckets, [interpolated_ms(measured, b) for b in buckets],
-        bucket_copy_ms(parameter_bytes, element_bytes, copies), hides, reason,
+        backward_ms(frame), plan.buckets, [interpolated_ms(allreduce_ms, b) for b in plan.buckets],
+        bucket_copy_ms(plan.parameter_bytes, plan.element_bytes, copy_ms), hides, reason,
     )  # fmt: skip
-    run.log_table(step.overlap.schedule, "data_parallel_buckets.csv")  # type: ignore[attr-defined]
-    notes = [
-        f"DDP buckets (bytes, launch order): {', '.join(str(b) for b in buckets)}",
-        f"communication overlap: {reason}",
-    ]
-    metrics = data_parallel_metrics(float(terms["ms"].sum()), step, world_size)
-    return data_parallel_terms(terms, step, world_size, len(parameter_bytes)), metrics, notes
+    notes = [f"DDP buckets (bytes, launch order): {', '.join(str(b) for b in plan.buckets)}",
+             f"communication overlap: {reason}"]  # fmt: skip
+    return step, notes

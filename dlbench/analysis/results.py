@@ -8,7 +8,8 @@ import hashlib
 import statistics
 from collections import Counter
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
@@ -241,3 +242,21 @@ def time_by_op_type(frames: Sequence[pd.DataFrame]) -> dict[str, float]:
         ):
             totals[f"time_ms.{op_type}.{pass_name}"] += float(median) * int(count)
     return dict(totals)
+
+
+@dataclass
+class MachineRecord:
+    """What else the machine did while each benchmark of the evaluation measured: the reports, and per
+    operation whether its time was taken on a busy machine. The run's ``dlbench.noisy`` follows each report
+    (a run that fails later keeps it)."""
+
+    run: Any
+    reports: list[tuple[str, InterferenceReport]] = field(default_factory=list)
+    busy: dict[int, bool] = field(default_factory=dict)
+
+    def add(self, name: str, result: SweepResult, operations: Sequence[Operation]) -> None:
+        if result.interference is not None:
+            self.reports.append((name, result.interference))
+            for op in operations:
+                self.busy[op.id] = bool(result.interference.operation_columns(op.id)["machine_busy"])
+            self.run.set_tags(interference_record(self.reports)[1])

@@ -20,6 +20,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from dlbench.analysis.data_parallel import COPIES_TERM, EXPOSED_TERM
+from dlbench.training.optimizers import OPTIMIZER_STEP
 from dlbench.training.trace import DEVICE, OPERATOR, RUNTIME, TraceEvent, is_sync, read_trace
 
 
@@ -195,42 +197,37 @@ def lane_breakdown(events: Sequence[TraceEvent]) -> dict[str, float]:
 
 #: Program order of a training step's pass groups (:func:`dlbench.analysis.predict._pass_group`).
 PASS_ORDER = ("forward", "loss", "backward", "optimizer")
+#: Terms that run on the device lane on a GPU, after the backward pass, in this order: DDP's copies of the
+#: gradients (into the buckets during the backward pass, back after the all-reduce) and the part of the
+#: all-reduce that outlasts the backward pass, which the main stream waits for
+DEVICE_TERMS = (COPIES_TERM, EXPOSED_TERM)
 
 
-def read_launch_ms(protocol_dir: str | Path, pattern: str = "*_evaluate_out.csv") -> dict[int, float]:
-    """Host ms of issuing one call (the protocol's launch column, written by benchmarks timed with CUDA
-    events) by operation id, from an evaluation's protocol files; ids without one are left out."""
-    from dlbench.operators.protocol import ProtocolError, parse_output
-
-    out: dict[int, float] = {}
-    for path in sorted(Path(protocol_dir).glob(pattern)):
-        try:
-            out.update(parse_output(path).launch_ms)
-        except ProtocolError:
-            continue  # an unusable file: its ops get the default host time
-    return out
-
-
-def host_framework_ms(protocol_dir: str | Path, measured: Mapping[str, float]) -> dict[str, float]:
+def host_framework_ms(host_launch_ms: Mapping[int, float], measured: Mapping[str, float]) -> dict[str, float]:
     """The framework microbenchmark's ms per one-element operator by mode, from the host's issuing time
-    (its ``framework_out.csv`` launch column) where written, else ``measured`` (the benchmark's median)."""
+    (``host_launch_ms``: its protocol file's launch column by mode) where written, else ``measured`` (the
+    benchmark's median)."""
     from dlbench.analysis.predict import FRAMEWORK_MODES, FRAMEWORK_OPS
 
-    host = read_launch_ms(protocol_dir, "framework_out.csv")
-    return {name: host[mode] / FRAMEWORK_OPS if mode in host else ms
+    return {name: host_launch_ms[mode] / FRAMEWORK_OPS if mode in host_launch_ms else ms
             for name, ms in measured.items() if (mode := FRAMEWORK_MODES.get(name)) is not None}  # fmt: skip
 
 
-def optimizer_calls(profile_names: Iterable[str]) -> int | None:
+def optimizer_calls(folded: pd.DataFrame) -> int | None:
     """How many multi-tensor (``_foreach``/``_fused``) calls the script's optimizer made per step, from the
-    profiled operator names; None when it ran per tensor (or was not profiled)."""
-    calls = [n for n in profile_names if n.startswith(("aten::_foreach_", "aten::_fused_"))]
-    return len(calls) or None
+    folded profile (:func:`dlbench.analysis.step_run.read_step_profile`: what ran inside each optimizer step,
+    calls per step); None when it ran per tensor (or was not profiled)."""
+    if folded.empty:
+        return None
+    inside = folded[folded["folded"].astype(str).str.startswith(OPTIMIZER_STEP)
+                    & folded["name"].astype(str).str.startswith(("aten::_foreach_", "aten::_fused_"))]  # fmt: skip
+    calls = int(round(float(inside["calls"].sum())))
+    return calls or None
 
 
 def step_ops(
     frame: pd.DataFrame,
-    extra: Sequence[tuple[str, float]] = (),
+    extra: Sequence[tuple] = (),
     *,
     device: str = "cpu",
     launch_ms: Mapping[int, float] | None = None,
@@ -238,60 +235,83 @@ def step_ops(
     foreach_calls: int | None = None,
 ) -> list[HostOp]:
     """A predicted step's operations in program order (``frame``: :func:`dlbench.analysis.predict.
-    prediction_frame`; ``extra``: (name, ms) host terms such as the framework's).
+    prediction_frame`; ``extra``: (name, ms[, operations]) terms that are no measured operator's, such as the
+    framework's and DDP's).
 
     On a CPU each measured operation costs its benchmark time on the one lane (its occurrences in a row),
     so the step is the prediction's sum of terms. On a GPU each call costs its host time (``launch_ms`` by
     operation id: dispatch and launches as its benchmark measured them, else ``default_host_ms``) and
     launches one kernel of its benchmark median; an optimizer that ran multi-tensor (``foreach_calls``
-    calls, detected from the profile) issues those few calls, whose kernels do the per-tensor work; the
-    step ends with the loss read on the host (a synchronising copy)."""
+    calls, from the folded profile) issues those few calls, whose kernels do the per-tensor work; DDP's
+    terms (:data:`DEVICE_TERMS`) run on the device after the backward pass (the gradient copies as kernels
+    the host issues, one per operation; the exposed all-reduce as the stream waiting for NCCL's); the
+    framework's terms are host time spread between the calls; the step ends with the loss read on the host
+    (a synchronising copy)."""
+    if device != "cuda":
+        return [*_cpu_ops(frame), *(HostOp(str(term[0]), float(term[1]) * 1e3) for term in extra)]
     launch_ms = launch_ms or {}
-    rows = frame[frame["status"].isin(("ok", "unstable"))].copy()
-    rows["order"] = rows["pass"].map(_group_order)
-    rows = rows.sort_values(["order", "id"], kind="stable")
+    optimizer = PASS_ORDER.index("optimizer")
+    host = [t for t in extra if t[0] not in DEVICE_TERMS]
+    device_side = [HostOp(str(t[0]), (int(t[2]) if len(t) > 2 else 0) * default_host_ms * 1e3, (Launch(t[1] * 1e3),))
+                   for name in DEVICE_TERMS for t in extra if t[0] == name]  # fmt: skip
     ops: list[HostOp] = []
-    gpu = device == "cuda"
     optimizer_device_us = 0.0
-    for row in rows.itertuples(index=False):
+    for row in _measured_in_order(frame).itertuples(index=False):
         count, bench_us = int(row.occurrences), float(row.benchmark_ms) * 1e3
-        if not gpu:
-            ops.append(HostOp(str(row.name), bench_us * count))
-            continue
-        if foreach_calls and row.order == PASS_ORDER.index("optimizer"):
+        if row.order == optimizer and device_side:
+            ops.extend(device_side)
+            device_side = []
+        if foreach_calls and row.order == optimizer:
             optimizer_device_us += bench_us * count
             continue
         host_us = launch_ms.get(int(row.id), default_host_ms) * 1e3
         ops.extend(HostOp(str(row.name), host_us, (Launch(bench_us),)) for _ in range(count))
-    if gpu and foreach_calls and optimizer_device_us:
+    ops.extend(device_side)
+    if foreach_calls and optimizer_device_us:
         share = optimizer_device_us / foreach_calls
         ops.extend(HostOp("optimizer (multi-tensor)", default_host_ms * 1e3, (Launch(share),))
                    for _ in range(foreach_calls))  # fmt: skip
-    if not gpu:
-        ops.extend(HostOp(name, ms * 1e3) for name, ms in extra)
-        return ops
-    spread = sum(ms for _, ms in extra) * 1e3 / max(len(ops), 1)  # per-node framework costs, between the calls
+    spread = sum(float(t[1]) for t in host) * 1e3 / max(len(ops), 1)  # per-node framework costs, between calls
     ops = [HostOp(op.name, op.host_us, op.launches, op.sync, op.gap_us + spread) for op in ops]
     ops.append(HostOp("loss read on the host", 0.0, sync=True))
     return ops
 
 
+def _measured_in_order(frame: pd.DataFrame) -> pd.DataFrame:
+    rows = frame[frame["status"].isin(("ok", "unstable"))].copy()
+    rows["order"] = rows["pass"].map(_group_order)
+    return rows.sort_values(["order", "id"], kind="stable")
+
+
+def _cpu_ops(frame: pd.DataFrame) -> list[HostOp]:
+    rows = _measured_in_order(frame)
+    return [HostOp(str(name), float(ms) * 1e3 * int(n))
+            for name, ms, n in zip(rows["name"], rows["benchmark_ms"], rows["occurrences"], strict=True)]  # fmt: skip
+
+
 def gpu_step(
     frame: pd.DataFrame,
     terms: pd.DataFrame,
-    protocol_dir: str | Path,
-    profile_names: Iterable[str],
+    launch_ms: Mapping[int, float],
+    folded: pd.DataFrame,
     default_host_ms: float,
 ) -> Timeline:
-    """The timeline of a predicted GPU step: operations from ``frame``, host times from the benchmarks'
-    launch column in ``protocol_dir``, the extra (non-operator) ``terms`` on the host lane, and the
-    optimizer as the profile says it ran."""
+    """The timeline of a predicted GPU step: operations from ``frame``, host times from their benchmarks'
+    launch column (``launch_ms`` by operation id), the optimizer as the folded profile says it ran, the
+    framework's terms on the host lane between the calls, and DDP's terms (:data:`DEVICE_TERMS`) on the
+    device lane after the backward pass."""
+    return simulate(step_ops(frame, non_operator_terms(terms), device="cuda", launch_ms=launch_ms,
+                             default_host_ms=default_host_ms, foreach_calls=optimizer_calls(folded)))  # fmt: skip
+
+
+def non_operator_terms(terms: pd.DataFrame) -> list[tuple[str, float, int]]:
+    """(term, ms, operations) of every term that is not a measured operator's (framework, DDP)."""
     from dlbench.analysis.predict import OPERATOR_TERMS
 
-    extra = [(str(r.term), float(r.ms)) for r in terms.itertuples() if r.term not in OPERATOR_TERMS and r.ms]
-    ops = step_ops(frame, extra, device="cuda", launch_ms=read_launch_ms(protocol_dir),
-                   default_host_ms=default_host_ms, foreach_calls=optimizer_calls(profile_names))  # fmt: skip
-    return simulate(ops)
+    count = terms["operations"] if "operations" in terms else pd.Series(0, index=terms.index)
+    return [(str(t), float(ms), int(n) if n == n else 0)
+            for t, ms, n in zip(terms["term"], terms["ms"], count, strict=True)
+            if t not in OPERATOR_TERMS and ms]  # fmt: skip
 
 
 def _group_order(pass_name: str) -> int:

@@ -21,9 +21,9 @@ EVENT_BATCH = 32
 #: Convergence is checked at sample counts growing by this factor (sorting every sample each call would
 #: cost more than a microsecond kernel).
 CHECK_GROWTH = 1.1
-#: Device cycles per ms assumed when holding the stream (a 2 GHz clock: a slower clock holds longer, which
-#: only costs idle device time before the batch's first event).
-HOLD_CYCLES_PER_MS = 2_000_000
+#: Device cycles the clock's first hold spins for while its events measure the device's clock rate (about
+#: 0.5-1 ms at the 1-2 GHz of current GPUs); every later hold is measured too, and the latest rate used
+CALIBRATION_CYCLES = 1_000_000
 
 
 def hold_ms(recent_launch_ms: list[float], batch: int = EVENT_BATCH) -> float:
@@ -103,41 +103,78 @@ class HostClock:
 class CudaEventClock:
     """Device time of each call: a pair of CUDA events recorded around it on the current stream, read back
     after a batch of calls (one synchronize per batch). The host-side time of issuing each call (launch
-    overhead) is kept apart in ``launch_ms``. torch is imported on first use only.
+    overhead) is kept apart in ``launch_ms``: the host clock around the call alone, not the event records.
+    ``cuda``: the ``torch.cuda`` module (imported on first use; a test passes its own), ``host_ns``: the host
+    clock.
+
+    Which streams: the events bracket the stream that is current at the first call (``stream``). Work the
+    call queues on another stream counts only where it joins that stream before the call returns (cuDNN's
+    and cuBLAS's helper streams do, through events); a kernel left running on a side stream (NCCL's own
+    stream when nothing waits on it) is not in the time.
 
     Ahead of each batch the stream is held busy (``torch.cuda._sleep``, :func:`hold_ms`) while the host
     issues the batch, so each start event fires when the previous call's work ends: without it a kernel
     shorter than its launch reads as the host's issuing time (a 1 us ReLU read 23 us on an H200), which is
-    the host lane's cost, not the device's."""
+    the host lane's cost, not the device's. ``_sleep`` spins for a number of device cycles, so the device's
+    clock rate is measured, not assumed: the first hold is timed with events before the batch
+    (:data:`CALIBRATION_CYCLES`), every later hold by its own events, read with the batch; where this torch
+    has no ``_sleep`` the stream is not held (short kernels then read as their issuing time)."""
 
-    def __init__(self) -> None:
-        self._torch: Any = None
+    def __init__(self, cuda: Any = None, host_ns: Callable[[], int] = time.perf_counter_ns) -> None:
+        self._module = cuda
+        self._host_ns = host_ns
         self._events: list[tuple[Any, Any]] = []
+        self._hold: tuple[Any, Any, int] | None = None
         self.launch_ms: list[float] = []
+        #: the device's clock as the holds measured it (cycles per ms); None before the first
+        self.cycles_per_ms: float | None = None
+        self.stream: Any = None
 
     @property
     def pending(self) -> int:
         return len(self._events)
 
     def _cuda(self) -> Any:
-        if self._torch is None:
+        if self._module is None:
             import torch
 
-            self._torch = torch
-        return self._torch.cuda
+            self._module = torch.cuda
+        return self._module
+
+    def _timed_sleep(self, cuda: Any, cycles: int) -> tuple[Any, Any, int]:
+        begin, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
+        begin.record(self.stream)
+        cuda._sleep(cycles)
+        end.record(self.stream)
+        return begin, end, cycles
+
+    def _hold_stream(self, cuda: Any) -> None:
+        if getattr(cuda, "_sleep", None) is None:
+            return
+        if self.cycles_per_ms is None:  # the first: measured before the batch relies on it
+            begin, end, cycles = self._timed_sleep(cuda, CALIBRATION_CYCLES)
+            end.synchronize()
+            self._read_rate(begin, end, cycles)
+        if self.cycles_per_ms:
+            self._hold = self._timed_sleep(cuda, int(hold_ms(self.launch_ms[-EVENT_BATCH:]) * self.cycles_per_ms))
+
+    def _read_rate(self, begin: Any, end: Any, cycles: int) -> None:
+        elapsed = begin.elapsed_time(end)
+        if elapsed > 0:
+            self.cycles_per_ms = cycles / elapsed
 
     def time_call(self, fn: Callable[[], object]) -> None:
         cuda = self._cuda()
+        if self.stream is None:
+            self.stream = cuda.current_stream()
         if not self._events:
-            sleep = getattr(cuda, "_sleep", None)
-            if sleep is not None:
-                sleep(int(hold_ms(self.launch_ms[-EVENT_BATCH:]) * HOLD_CYCLES_PER_MS))
+            self._hold_stream(cuda)
         start, end = cuda.Event(enable_timing=True), cuda.Event(enable_timing=True)
-        host = time.perf_counter_ns()
-        start.record()
+        start.record(self.stream)
+        host = self._host_ns()
         fn()
-        end.record()
-        self.launch_ms.append((time.perf_counter_ns() - host) / 1e6)
+        self.launch_ms.append((self._host_ns() - host) / 1e6)
+        end.record(self.stream)
         self._events.append((start, end))
 
     def flush(self) -> list[float]:
@@ -146,6 +183,9 @@ class CudaEventClock:
         self._events[-1][1].synchronize()
         taken = [start.elapsed_time(end) for start, end in self._events]
         self._events = []
+        if self._hold is not None:  # the clock as this batch's hold ran it
+            self._read_rate(*self._hold)
+            self._hold = None
         return taken
 
     def synchronize(self) -> None:

@@ -198,6 +198,11 @@ def flops_per_element(op_type: str, p: Mapping[str, Number]) -> int:
     return 0
 
 
+#: ``mode`` 2 of Mul: the product written into a view of a preallocated flat buffer (``mul(out=)``), as
+#: DistributedDataParallel copies each gradient, divided by the world size, into its bucket
+BUCKET_VIEW_MODE = 2
+
+
 def glue_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int) -> tuple[float, float]:
     """FLOPs and compulsory bytes of one pass (``mode`` 0 forward, 1 backward: the gradients of every float
     input, Pow's base only; 3 + i: input i's gradient alone, binary operators and Where) of a glue operator."""
@@ -219,7 +224,7 @@ def glue_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int) -> tuple[
     per = flops_per_element(op_type, p)
     if mode == 0 and op_type in ("Gather", "GatherElements"):  # only the gathered values are read
         return 0.0, float(2 * dtype_bytes * out + INDEX_BYTES * ins[1])
-    if mode == 0:
+    if mode == 0 or (mode == BUCKET_VIEW_MODE and op_type == "Mul"):  # a forward; Mul into a view of a bucket
         return float(per * out), float(read + (1 if t.output_kind == "bool" else dtype_bytes) * out)
     if op_type in (
         "Gather",

@@ -51,13 +51,15 @@ MEASURE_SETTINGS: tuple[Setting, ...] = (
     Setting(
         "caches", "DLBENCH_CACHES", str, "hot",
         "hot: every call reuses one set of tensors, which stay cached; cold: calls rotate over copies filling twice "
-        "the last-level cache, so each reads and writes memory no recent call touched, as in a training step "
-        "(embedded torch kernels only)",
+        "the last-level cache, so each reads and writes memory no recent call touched; step: calls rotate over "
+        "copies filling each operation's own footprint in the step it came from (the bytes the step touches "
+        "between uses of its inputs, written beside the input as <stem>_footprints.csv; an operation without one "
+        "is timed hot), capped at twice the last-level cache (embedded torch kernels only)",
     ),
 )  # fmt: skip
 
 #: the values of ``caches``
-CACHE_STATES = ("hot", "cold")
+CACHE_STATES = ("hot", "cold", "step")
 
 #: the values of ``fp32_math``
 FP32_MATHS = ("ieee", "tf32", "framework")

@@ -43,6 +43,9 @@ class Operation:
     #: ``passes``, e.g. forward + backward_data + backward_weights); ``flops``/``bytes_moved`` cover them all
     timed_passes: tuple[str, ...] = ()
     node: NodeSpec | None = None
+    #: the bytes the step this operation came from touches between uses of its inputs (its reuse distance,
+    #: :mod:`dlbench.onnx.footprint`); the benchmarks' ``caches=step`` rotates over that much. None: not known
+    footprint_bytes: int | None = None
 
     @property
     def param_dict(self) -> dict[str, Number]:

@@ -1,5 +1,6 @@
 """The measurements a data-parallel prediction needs: the registered AllReduce benchmark of the chosen device,
-run among ``world_size`` ranks at the given message sizes, and DDP's gradient copies as the Mul benchmark."""
+run among ``world_size`` ranks at the given message sizes, and DDP's gradient copies as the Mul benchmark
+writing into a bucket's view (in place, as DDP does)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from dlbench.core.costs import operation_cost
+from dlbench.core.device import check_ranks_fit
 from dlbench.core.errors import TaskFailed
+from dlbench.core.glue import BUCKET_VIEW_MODE
 from dlbench.core.values import Operation, SweepResult
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.registry import Registry
@@ -29,7 +32,9 @@ def measure_allreduce(
     registry: Registry, device: str, sizes: Sequence[int], world_size: int, settings: RunSettings, workdir: Path,
     quiet: bool,
 ) -> tuple[dict[int, float], SweepResult, SweepFiles]:  # fmt: skip
-    """Median ms per message size (sizes whose row failed are left out), the sweep result and its files."""
+    """Median ms per message size (sizes whose row failed are left out), the sweep result and its files; a
+    :class:`ConfigurationError` before any rank starts when NCCL would put two ranks on one GPU."""
+    check_ranks_fit([world_size], device)
     entries = [e for e in registry.serving(ALLREDUCE, device=device) if not e.unavailable_reason]
     if not entries:
         raise TaskFailed(f"no {ALLREDUCE} benchmark for {device} is registered (conf/registry/collectives_*.yaml)")
@@ -44,11 +49,15 @@ def measure_allreduce(
 
 
 def gradient_copy_operations(elements: Sequence[int]) -> list[Operation]:
-    """A gradient of ``n`` elements multiplied by a one-element operand: what DDP runs to copy it into its bucket
-    divided by world_size (``aten::mul`` into the bucket), and the same bytes as the copy back."""
+    """A gradient of ``n`` elements multiplied by a one-element operand into a view of a bucket that outlives
+    the step (Mul ``mode`` 2, :data:`dlbench.core.glue.BUCKET_VIEW_MODE`): what DDP runs to copy it into its
+    bucket divided by world_size (``aten::mul`` with ``out=``), and the same bytes as the copy back; not a
+    fresh output per call. With ``caches=step`` they have no footprint and are timed hot: the gradient was just
+    written by the backward kernel."""
     operations = []
     for i, count in enumerate(elements):
-        params = {"N": 1, "C": 1, "H": 1, "W": count, "N_b": 1, "C_b": 1, "H_b": 1, "W_b": 1, "mode": 0}
+        params = {"N": 1, "C": 1, "H": 1, "W": count, "N_b": 1, "C_b": 1, "H_b": 1, "W_b": 1,
+                  "mode": BUCKET_VIEW_MODE}  # fmt: skip
         flops, moved = operation_cost(MUL, params)
         operations.append(Operation(i, MUL, tuple(params.items()), name=f"gradient_copy_{count}",
                                     flops=flops, bytes_moved=moved))  # fmt: skip

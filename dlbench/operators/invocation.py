@@ -9,7 +9,7 @@ import re
 import sys
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from dlbench.core.process import ProcessResult, run_command
 from dlbench.core.values import Measurement, Operation, TimeStats
 from dlbench.operators.align import AlignmentError, align_operation, misfit
 from dlbench.operators.embedded import is_embedded, run_embedded
+from dlbench.operators.footprint_file import footprints_path_for, write_footprints
 from dlbench.operators.node_file import nodes_path_for, write_nodes
 from dlbench.operators.protocol import ProtocolError, ids_written, parse_output, read_samples, write_input
 from dlbench.operators.registry import OperatorBenchmark
@@ -43,6 +44,8 @@ class Invocation:
     run_errors: list[str]
     interrupted: bool = False
     interrupt: str = ""
+    #: the host ms of issuing one call, by id, where the program wrote the protocol's launch column
+    launch: dict[int, float] = field(default_factory=dict)
 
 
 def align_rows(
@@ -75,6 +78,9 @@ def invoke_once(
     if benchmark.node_file:  # the executable reads each operation's ONNX node beside the input
         aligned = {op_id for op_id, _ in rows}
         write_nodes(nodes_path_for(files.input_csv), [op for op in operations if op.id in aligned])
+    if getattr(settings, "caches", "") == "step":  # each operation's footprint in its step, beside the input
+        aligned = {op_id for op_id, _ in rows}
+        write_footprints(footprints_path_for(files.input_csv), [op for op in operations if op.id in aligned])
     files.output_csv.unlink(missing_ok=True)
     command = [*benchmark.command, str(files.input_csv)]
     interrupted, interrupt, start_error = False, "", ""
@@ -105,6 +111,7 @@ def invoke_once(
     problems_by_id: dict[int, list[str]] = {}
     samples: dict[int, list[float]] = {}
     efficiency: dict[int, float | None] = dict(cpu_watch.efficiency)
+    launch: dict[int, float] = {}
     try:
         parsed = parse_output(
             files.output_csv, expected, target_rel_ci=settings.target_rel_ci, asked_reps=settings.min_reps
@@ -112,6 +119,7 @@ def invoke_once(
         parsed_rows, problems = dict(parsed.rows), list(parsed.problems)
         problems_by_id = {k: list(v) for k, v in parsed.problems_by_id.items()}
         efficiency.update(parsed.cpu_efficiency)  # the program's own reading of its timed calls comes first
+        launch = dict(parsed.launch_ms)
         if parsed.samples_path is not None:
             samples = read_samples(parsed.samples_path, parsed_rows)[0]
     except ProtocolError as err:
@@ -132,7 +140,8 @@ def invoke_once(
     if run_errors and process.stderr.strip() and not interrupted:
         run_errors[0] += f" (its stderr: {files.stderr_txt})"
     good = {i: st for i, st in parsed_rows.items() if i not in failures and i not in problems_by_id}
-    return Invocation(process, good, samples, efficiency, failures, run_errors, interrupted, interrupt)
+    launch = {i: ms for i, ms in launch.items() if i in good}
+    return Invocation(process, good, samples, efficiency, failures, run_errors, interrupted, interrupt, launch)
 
 
 def _size(path: Path) -> int:

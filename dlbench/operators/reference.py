@@ -3,14 +3,16 @@
 A prediction compares measurements taken minutes apart (the training, then the operator benchmarks). On a
 shared or virtual machine the same kernel can run 2x slower ten minutes later, and that drift lands in the
 prediction error whatever the method. The reference operations (a compute-bound GEMM and a ResNet-style
-convolution, timed with the benchmarks' own settings) say how far the machine moved between the two ends;
-the evaluation reports it beside the error. It is a diagnosis, never a correction: nothing is rescaled."""
+convolution, timed with the benchmarks' settings but hot caches, after an untimed round) say how far the
+machine moved between the two ends, as far as both agree; the evaluation reports it beside the error. It is
+a diagnosis, never a correction: nothing is rescaled."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
 
 from dlbench.core.values import Measurement, Operation
 from dlbench.operators.registry import OperatorBenchmark, Registry
@@ -78,8 +80,31 @@ GPU_REFERENCE_OPERATIONS = (
     ),
 )
 
-#: Times the GPU references run untimed first, so the device's clocks are up before the first timing.
-GPU_WARMUP_ROUNDS = 1
+#: Times the references run untimed first: on a GPU the device's clocks come up from idle; on a CPU the
+#: worker's first calls of a kernel set it up (oneDNN's primitives) and the cores come back from the training
+#: or the sweep before, so the timed round measures the machine, not its warming up.
+WARMUP_ROUNDS = 1
+GPU_WARMUP_ROUNDS = WARMUP_ROUNDS
+
+
+def probe_settings(settings: Any) -> Any:
+    """The benchmarks' settings (:class:`dlbench.operators.runner.RunSettings`) for a reading of the
+    references: hot caches whatever the benchmarks use, so a reading is the cores' speed and not where the
+    last work left the references' tensors (rotated copies of twice the last-level cache are a memory test,
+    and a step's footprint is not theirs)."""
+    return replace(settings, caches="hot")
+
+
+def consensus_pct(changes: Iterable[float]) -> float:
+    """The change every reference agrees on: when all moved the same way, the smallest move (with its sign);
+    when they disagree (one faster, one slower) 0, since a machine that changed speed moves every kernel the
+    same way and one reference alone moving is that reading's noise; NaN without changes."""
+    values = [c for c in changes if math.isfinite(c)]
+    if not values:
+        return math.nan
+    if all(c > 0 for c in values) or all(c < 0 for c in values):
+        return min(values, key=abs)
+    return 0.0
 
 
 def reference_operations(device: str) -> tuple[Operation, ...]:
@@ -126,9 +151,9 @@ class Drift:
 
     @property
     def largest_pct(self) -> float:
-        """The largest change by magnitude, with its sign; NaN when no reference was measured at both ends."""
-        changes = self.change_pct.values()
-        return max(changes, key=abs) if changes else math.nan
+        """The change all references agree on (:func:`consensus_pct`), with its sign; NaN when no reference
+        was measured at both ends."""
+        return consensus_pct(self.change_pct.values())
 
     def metrics(self) -> dict[str, float]:
         out = {"machine_drift_pct": self.largest_pct}

@@ -42,7 +42,7 @@ from typing import Any
 from dlbench.core.contention import contended
 from dlbench.core.values import Measurement, TimeStats
 from dlbench.operators.protocol import SAMPLES_HEADER, output_header, output_row, samples_rows, write_input
-from dlbench.operators.reference import Drift
+from dlbench.operators.reference import Drift, consensus_pct
 
 #: settings divided between the rounds; the rest (warm-up, target_rel_ci, threads...) stay as they are
 DIVIDED = ("min_reps", "max_reps", "min_time_s", "max_time_s", "op_budget_s")
@@ -83,6 +83,15 @@ class RoundResult:
     stats: TimeStats
     samples: tuple[float, ...] = ()
     cpu_efficiency: float | None = None
+    #: the median host ms of issuing one call, where the program wrote the protocol's launch column
+    launch_ms: float | None = None
+
+
+def combined_launch_ms(used: Sequence[RoundResult]) -> float | None:
+    """The host ms of issuing one call over the rounds a measurement is made of: the median of their medians
+    (None when no round wrote a launch column)."""
+    known = [r.launch_ms for r in used if r.launch_ms is not None]
+    return statistics.median(known) if known else None
 
 
 def kept_rounds(results: Sequence[RoundResult], limit: float) -> list[RoundResult]:
@@ -171,7 +180,9 @@ def probe_report(probe_ms: Mapping[str, Sequence[float]], measurements: Mapping[
     if not readings:
         return {}
     drift = Drift({n: v[0] for n, v in readings.items()}, {n: v[-1] for n, v in readings.items()})
-    moves = [(v_i / v[0] - 1.0) * 100.0 for v in readings.values() for v_i in v[1:] if v[0] > 0]
+    # at each reading, the move every reference agrees on (one reference alone moving is its reading's noise)
+    count = min(len(v) for v in readings.values())
+    moves = [consensus_pct((v[i] / v[0] - 1.0) * 100.0 for v in readings.values() if v[0] > 0) for i in range(1, count)]
     largest = max(moves, key=abs) if moves else math.nan
     metrics = {**drift.metrics(), "machine_drift_max_pct": largest}
     spreads = [m.stats.rel_ci for m in measurements.values() if m.ok and m.stats and m.stats.rel_ci is not None]
@@ -209,7 +220,8 @@ def write_combined(
     seed: int,
 ) -> None:
     """The protocol's files of a sweep measured in rounds, as if one invocation had written them: the input
-    in the operations' order, the statistics (``_out.csv``) and the samples they were computed from, and
+    in the operations' order, the statistics (``_out.csv``, with the launch column where a round wrote one:
+    the GPU timeline's host times) and the samples they were computed from, and
     ``_rounds.csv`` with every round of every operation (its place in the round's order, median, cpu
     efficiency, whether it was kept); each round's own files stay beside them."""
     write_input(files.input_csv, rows)
@@ -219,7 +231,8 @@ def write_combined(
         files.samples_csv.open("w", encoding="utf-8") as samples,
         files.rounds_csv.open("w", encoding="utf-8") as table,
     ):
-        out.write(output_header())
+        launch = any(r.launch_ms is not None for found in results.values() for r in found)
+        out.write(output_header(launch=launch))
         samples.write(SAMPLES_HEADER)
         table.write(f"# interleaving seed {seed}\nid,round,position,median_ms,reps,cpu_efficiency,kept\n")
         for op_id, _ in rows:
@@ -227,7 +240,8 @@ def write_combined(
             used = used_rounds(found, again.get(op_id), limit) if found else []
             m = measurements[op_id]
             if m.stats is not None and m.error == "":
-                out.write(output_row(op_id, m.stats, cpu_efficiency=m.cpu_efficiency))
+                issuing = combined_launch_ms(used) if launch else False
+                out.write(output_row(op_id, m.stats, cpu_efficiency=m.cpu_efficiency, launch_ms=issuing))
                 samples.write(samples_rows(op_id, [s for r in used for s in r.samples]))
             for r in [*found, *([again[op_id]] if op_id in again else [])]:
                 cells = [op_id, r.round + 1 if r is not again.get(op_id) else "again", r.position + 1,

@@ -20,6 +20,7 @@ from dlbench.core.settings import EXECUTABLE_SETTINGS, default, to_environment
 from dlbench.core.values import Measurement, Operation, SweepResult
 from dlbench.operators.invocation import Invocation, align_rows, invoke_once
 from dlbench.operators.protocol import ids_written, output_path_for, samples_path_for
+from dlbench.operators.reference import probe_settings
 from dlbench.operators.registry import OperatorBenchmark
 from dlbench.operators.rounds import (
     RoundResult,
@@ -226,7 +227,7 @@ class _Sweep:
         # first one warms up longer (a worker's first calls of a kernel run slow: set-up, not drift), the later
         # ones 3 calls (the first two after a kernel's set-up run slow: see rounds.round_share)
         light = replace(
-            share, warmup=10 if label == "round1" else 3, min_reps=min(share.min_reps, 10),
+            probe_settings(share), warmup=10 if label == "round1" else 3, min_reps=min(share.min_reps, 10),
             min_time_s=min(share.min_time_s, 0.05), max_time_s=min(share.max_time_s, 0.1),
         )  # fmt: skip
         for entry, op in self.probe:
@@ -269,6 +270,7 @@ class _Sweep:
                 if op_id in inv.stats:
                     self.results.setdefault(op_id, []).append(RoundResult(
                         index, position, inv.stats[op_id], tuple(inv.samples.get(op_id, ())), inv.efficiency.get(op_id),
+                        inv.launch.get(op_id),
                     ))  # fmt: skip
             if inv.interrupted:  # after keeping what the round measured
                 raise KeyboardInterrupt
@@ -286,9 +288,8 @@ class _Sweep:
         inv = self.invoke(self.benchmark, waited, redo_rows, self.settings, files)
         for op in waited:
             if op.id in inv.stats:
-                self.again[op.id] = RoundResult(
-                    self.rounds, 0, inv.stats[op.id], tuple(inv.samples.get(op.id, ())), inv.efficiency.get(op.id)
-                )
+                self.again[op.id] = RoundResult(self.rounds, 0, inv.stats[op.id], tuple(inv.samples.get(op.id, ())),
+                                                inv.efficiency.get(op.id), inv.launch.get(op.id))  # fmt: skip
         if inv.interrupted:
             raise KeyboardInterrupt
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import asdict
+from dataclasses import asdict, replace
 
 from dlbench.analysis.inference import (
     ENGINE_BACKENDS,
@@ -27,9 +27,11 @@ from dlbench.core.errors import ConfigurationError, TaskFailed
 from dlbench.core.values import Measurement
 from dlbench.onnx.errors import ExtractionError, ModelSettingError
 from dlbench.onnx.extract import extract_operations
+from dlbench.onnx.footprint import placed_forward
 from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.rebatch import rebatched_model
 from dlbench.onnx.report import model_paths
+from dlbench.onnx.step import graph_facts
 from dlbench.operators.end_to_end import measure_end_to_end
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import plan_benchmarks
@@ -56,6 +58,9 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     except ExtractionError as err:
         raise (ConfigurationError if isinstance(err, ModelSettingError) else TaskFailed)(str(err)) from err
     operations = deduplicate(extraction.operations())
+    placed = None
+    if cfg.evaluate.caches == "step":  # the torch kernels: each operation's footprint in one forward pass
+        operations, placed = placed_forward(operations, extraction.nodes, graph_facts(path, cfg.batch_size))
     workdir = ctx.output_dir / "inference"
     workdir.mkdir(parents=True, exist_ok=True)
     fixed_path = workdir / f"{extraction.model_name}_b{cfg.batch_size}.onnx"
@@ -68,6 +73,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         "engines": ",".join(ENGINE_BACKENDS), "threads": settings.threads, "operations": len(operations),
         "nodes": extraction.total_nodes, "nodes_skipped": len(extraction.skipped), "training": False,
         **{f"measure.{k}": v for k, v in asdict(cfg.measure).items()},
+        "evaluate.caches": cfg.evaluate.caches,  # the torch kernels' (onnxruntime's time hot caches only)
     }  # fmt: skip
     name = job_run_name(cfg, extraction.model_name, ["inference"], device)
     load_start = os.getloadavg()[0]
@@ -79,9 +85,11 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             plan = plan_benchmarks(registry, operations, backend, device)
             for entry, ops in plan.assignments:
                 log.info("measuring %d operations with %s for the %s prediction", len(ops), entry.name, engine)
+                caches = cfg.evaluate.caches if backend == "torch" else "hot"
                 result, files = measure_with_progress(
-                    entry, ops, settings, ctx.output_dir / "protocol", f"{entry.name}_inference", cfg.quiet
-                )
+                    entry, ops, replace(settings, caches=caches), ctx.output_dir / "protocol",
+                    f"{entry.name}_inference", cfg.quiet,
+                )  # fmt: skip
                 run.log_files(files.existing(), "protocol")
                 if result.interrupted:
                     raise KeyboardInterrupt(f"{entry.name} was interrupted")
@@ -93,6 +101,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         for file in end_to_end.files:
             run.log_artifact(file, "end_to_end")
         table = inference_table(operations, measured, implementations)
+        table["footprint_bytes"] = table["id"].map({op.id: op.footprint_bytes for op in operations})
         overheads = overhead_terms(table, end_to_end.facts)
         summary = summary_frame(table, end_to_end.stats, end_to_end.errors, overheads)
         run.log_table(table, "inference_operations.csv")
@@ -102,6 +111,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             **inference_metrics(table, end_to_end.stats, overheads),
             **{f"outputs_{k}": float(v) for k, v in agreement.items()},
             "load_average_start": load_start, "load_average_end": os.getloadavg()[0],
+            **({"forward_working_set_bytes": placed.working_set_bytes} if placed else {}),
         })  # fmt: skip
         print_inference(extraction.model_name, cfg.batch_size, settings.threads, summary)
         for key, value in agreement.items():

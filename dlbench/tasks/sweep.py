@@ -8,7 +8,7 @@ import logging
 from dlbench.analysis.report import log_sweep, log_workload, print_summary
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
-from dlbench.core.device import resolve_device
+from dlbench.core.device import check_ranks_fit, resolve_device
 from dlbench.core.errors import TaskFailed
 from dlbench.core.values import SweepResult
 from dlbench.operators.measure import measure_with_progress, operations_digest, raise_for_result, sweep_params
@@ -35,6 +35,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     if len(unavailable) == len(implementations):
         raise TaskFailed("\n".join(unavailable))  # before the store is opened: nothing will be measured
     operations = operations_from_benchmark(bench, cfg.dtype)
+    check_ranks_fit((op.param_dict["world_size"] for op in operations if "world_size" in op.param_dict), device)
     place = run_place(cfg, ctx)
     target = place.target
     settings = run_settings(cfg, device)

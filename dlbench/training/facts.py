@@ -104,3 +104,8 @@ def effective_params(facts: dict[str, Any]) -> dict[str, Any]:
     observed = dict(facts.get("observed", {}))
     reported = {str(k).replace("-", "_"): v for k, v in facts.get("reported", {}).items()}
     return {**reported, **observed}
+
+
+def script_params(facts: dict, already: dict[str, object]) -> dict[str, object]:
+    """What the script ran with (reported, else observed), minus names dlbench already logged itself."""
+    return {k: v for k, v in effective_params(facts).items() if k not in already}

@@ -16,6 +16,11 @@
 
 #define CUDNN_FRONTEND_SKIP_JSON_LIB
 #include <cudnn_frontend.h>
+// Graph::check_support() and build_plans(policy) without a handle: cudnn-frontend 1.13.0 and later (CMake
+// checks the same minimum, DLBENCH_CUDNN_FRONTEND_MIN, and says so before compiling).
+#if CUDNN_FRONTEND_VERSION < 11300
+#error "cuda_conv needs cudnn-frontend 1.13.0 or later: pip install 'nvidia-cudnn-frontend>=1.13'"
+#endif
 
 #include <algorithm>
 #include <iostream>

@@ -157,3 +157,41 @@ def test_reported_allreduce_time_agrees_with_torch_distributed_timed_directly(tm
         ours.append(parse_output(output_path_for(tmp_path / "AllReduce.csv")).rows[0].median_ms)
         direct.append(direct_allreduce_ms(script, message, calls))
     assert min(ours) == pytest.approx(min(direct), rel=0.2), (ours, direct)
+
+
+def test_more_nccl_ranks_than_gpus_is_a_configuration_error_before_any_rank_starts(tmp_path: Path) -> None:
+    from dlbench.core.device import check_ranks_fit
+    from dlbench.core.errors import ConfigurationError
+
+    with pytest.raises(ConfigurationError, match=r"world_size=2 on device=cuda needs 2 GPUs and this machine shows 1"):
+        check_ranks_fit([1, 2], "cuda", gpus=1)
+    check_ranks_fit([2], "cuda", gpus=2)
+    check_ranks_fit([4], "cpu", gpus=0)  # gloo: ranks share the CPU
+    check_ranks_fit([1], "cuda", gpus=0)  # one rank: the rank itself says whether it has a GPU
+    # the executable on this machine (no GPU it may use for two ranks): refused with the reason, no rank started
+    done = run_executable("AllReduce", [(0, [1024, 2])], tmp_path, DLBENCH_DEVICE="cuda")
+    assert done.returncode == 2
+    assert "world_size=2 on device=cuda needs 2 GPUs" in done.stderr and "rank exited" not in done.stderr
+
+
+def test_the_nccl_rank_passes_device_id_only_to_a_torch_that_takes_it(monkeypatch) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from dlbench.backends.collectives.rank import bound_device
+
+    device = torch.device("cpu")
+    assert bound_device(device) == {"device_id": device}  # torch >= 2.3: the communicator bound at once
+
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1):  # torch 2.1's
+        raise AssertionError("not called")
+
+    monkeypatch.setattr(dist, "init_process_group", init_process_group)
+    assert bound_device(device) == {}
+
+
+def test_a_ddp_training_with_more_ranks_than_gpus_is_refused_before_it_starts(tmp_path: Path) -> None:
+    done = run_dlbench("+benchmark=mlp_ddp", "task=evaluate", "device=cuda", "world_size=2", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "world_size=2 on device=cuda needs 2 GPUs" in done.stderr and "Traceback" not in done.stderr
+    assert not list(tmp_path.rglob("batch_*_ops.csv")), "no rank was started"

@@ -132,6 +132,77 @@ def test_the_stream_is_held_for_twice_a_batchs_issuing_time_within_bounds():
     assert hold_ms([1e-6]) == 0.1 and hold_ms([10.0]) == 50.0
 
 
+class RecordedCuda:
+    """``torch.cuda`` as :class:`CudaEventClock` uses it, on a machine without a GPU: a device whose clock runs
+    at ``rate`` cycles per ms (``_sleep`` spins cycles), events that read the device's time where they are
+    recorded, and a host clock that each event record advances by 1 ms and each kernel launch by 7 us."""
+
+    def __init__(self, rate: float) -> None:
+        self.rate, self.device_ms, self.host_ns = rate, 0.0, 0
+        self.sleeps: list[int] = []
+        self.streams: list[object] = []
+        self.main = object()
+        clock = self
+
+        class Event:
+            def __init__(self, enable_timing: bool = False) -> None:
+                self.at = 0.0
+
+            def record(self, stream: object = None) -> None:
+                clock.streams.append(stream)
+                clock.host_ns += 1_000_000
+                self.at = clock.device_ms
+
+            def synchronize(self) -> None:
+                pass
+
+            def elapsed_time(self, other: Event) -> float:
+                return other.at - self.at
+
+        self.Event = Event
+
+    def current_stream(self) -> object:
+        return self.main
+
+    def _sleep(self, cycles: int) -> None:
+        self.sleeps.append(cycles)
+        self.device_ms += cycles / self.rate
+
+    def synchronize(self) -> None:
+        pass
+
+    def kernel(self) -> None:
+        self.host_ns += 7_000
+        self.device_ms += 0.002
+
+
+def test_the_launch_time_is_the_calls_own_not_the_event_records() -> None:
+    cuda = RecordedCuda(rate=1.41e6)
+    clock = CudaEventClock(cuda, host_ns=lambda: cuda.host_ns)
+    for _ in range(5):
+        clock.time_call(cuda.kernel)
+    assert clock.flush() == pytest.approx([0.002] * 5)
+    assert clock.launch_ms == pytest.approx([0.007] * 5)  # each record costs 1 ms of host time: none counted
+    assert clock.stream is cuda.main and set(cuda.streams) == {cuda.main}, "the events bracket the current stream"
+
+
+def test_the_stream_is_held_at_the_devices_measured_clock_not_an_assumed_one() -> None:
+    from dlbench.backends.timing import CALIBRATION_CYCLES, hold_ms
+
+    cuda = RecordedCuda(rate=1.41e6)  # an H200's 1.41 GHz base clock, not 2 GHz
+    clock = CudaEventClock(cuda, host_ns=lambda: cuda.host_ns)
+    clock.time_call(cuda.kernel)
+    clock.flush()
+    assert cuda.sleeps[0] == CALIBRATION_CYCLES and clock.cycles_per_ms == pytest.approx(1.41e6)
+    assert cuda.sleeps[1] == int(hold_ms([]) * 1.41e6)  # the first batch's hold, at the measured rate
+    cuda.rate = 1.98e6  # the clock boosts: the next hold is read at its own rate
+    clock.time_call(cuda.kernel)
+    clock.flush()
+    assert clock.cycles_per_ms == pytest.approx(1.98e6)
+    clock.time_call(cuda.kernel)
+    assert cuda.sleeps[-1] == pytest.approx(hold_ms(clock.launch_ms[-EVENT_BATCH:]) * 1.98e6, abs=1)
+
+
 @pytest.mark.gpu
 def test_a_kernel_shorter_than_its_launch_reads_as_its_device_time() -> None:
     torch = pytest.importorskip("torch")

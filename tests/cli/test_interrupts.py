@@ -128,7 +128,8 @@ def test_interrupted_sweep_ends_killed_with_the_rows_measured_so_far(
     (run,) = mlflow_runs(store)
     assert run.info.status == "KILLED"
     rows = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "results.csv"))))
-    measured = [r["id"] for r in rows if r["status"] == "ok"]
+    # a row measured before the signal may be marked (unstable, contended on a loaded machine): it has a time
+    measured = [r["id"] for r in rows if r["status"] != "failed"]
     assert len(rows) == 6 and measured[:2] == ["0", "1"] and len(measured) < 6, [
         (r["status"], r["error"], r["stats_note"]) for r in rows
     ]
@@ -205,7 +206,8 @@ def test_an_interrupted_sweep_of_the_embedded_kernels_ends_killed_and_stops_the_
     (run,) = mlflow_runs(store)
     assert run.info.status == "KILLED"
     rows = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "results.csv"))))
-    measured = [r["id"] for r in rows if r["status"] == "ok"]
+    # a row measured before the signal may be marked (unstable, contended on a loaded machine): it has a time
+    measured = [r["id"] for r in rows if r["status"] != "failed"]
     assert len(rows) == 6 and measured[:2] == ["0", "1"] and len(measured) < 6, [
         (r["status"], r["error"], r["stats_note"]) for r in rows
     ]

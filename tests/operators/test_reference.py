@@ -5,8 +5,15 @@ from __future__ import annotations
 import math
 
 from dlbench.analysis.evaluation import status_line
-from dlbench.operators.reference import REFERENCE_OPERATIONS, Drift, reference_operations
+from dlbench.operators.reference import (
+    REFERENCE_OPERATIONS,
+    Drift,
+    consensus_pct,
+    probe_settings,
+    reference_operations,
+)
 from dlbench.operators.registry import load_registry
+from dlbench.operators.runner import RunSettings
 
 
 def test_every_reference_operation_has_a_torch_benchmark_taking_its_parameters() -> None:
@@ -16,13 +23,24 @@ def test_every_reference_operation_has_a_torch_benchmark_taking_its_parameters()
         assert [name for name, _ in op.params] == list(entry.param_descr), op.name
 
 
-def test_drift_is_the_largest_change_with_its_sign() -> None:
-    drift = Drift({"gemm": 2.0, "conv": 4.0}, {"gemm": 2.1, "conv": 2.0})
-    assert drift.change_pct == {"gemm": 5.000000000000004, "conv": -50.0}
-    assert drift.largest_pct == -50.0
-    assert drift.metrics()["machine_drift_pct"] == -50.0
+def test_drift_is_the_change_both_references_agree_on_with_its_sign() -> None:
+    drift = Drift({"gemm": 2.0, "conv": 4.0}, {"gemm": 1.6, "conv": 2.0})  # both faster: by 20% at least
+    assert math.isclose(drift.change_pct["gemm"], -20.0) and drift.change_pct["conv"] == -50.0
+    assert math.isclose(drift.largest_pct, -20.0)
+    assert math.isclose(drift.metrics()["machine_drift_pct"], -20.0)
     assert drift.metrics()["drift/conv/after_ms"] == 2.0
     assert "conv -50.0%" in drift.note() and "limit 10%" in drift.note()
+
+
+def test_references_moving_opposite_ways_are_noise_and_raise_no_drift() -> None:
+    drift = Drift({"gemm": 2.0, "conv": 4.0}, {"gemm": 2.5, "conv": 1.6})  # +25% and -60%: no machine does that
+    assert drift.largest_pct == 0.0 and drift.note() == ""
+    assert consensus_pct([3.0, 12.0]) == 3.0 and math.isnan(consensus_pct([]))
+
+
+def test_the_probe_times_hot_caches_whatever_the_benchmarks_use() -> None:
+    assert probe_settings(RunSettings(caches="step")).caches == "hot"
+    assert probe_settings(RunSettings(caches="cold", threads=1)) == RunSettings(caches="hot", threads=1)
 
 
 def test_a_steady_machine_gets_no_note_and_a_missing_reference_no_number() -> None:

@@ -179,3 +179,26 @@ def test_the_torch_kernels_report_their_cpu_efficiency_and_the_probe_runs_every_
     assert math.isfinite(result.extra["drift_metrics"]["machine_drift_pct"])
     probes = sorted(p.name for p in (tmp_path / "work").glob("*_probe1_*_out.csv"))
     assert probes == [f"{files.input_csv.stem}_probe1_{label}_out.csv" for label in ("end", "round1", "round2")]
+
+
+#: as STEADY, with the launch column a benchmark timed with CUDA events writes: (N + 1) / 100 ms per call
+WITH_LAUNCH = """
+reps = int(os.environ["DLBENCH_MIN_REPS"])
+samples.write("".join(f"{op_id},{1 + value}\\n" for _ in range(reps)))
+out.write(f"{op_id},{1 + value},{(1 + value) / 100}\\n")
+"""
+
+
+def test_the_combined_files_of_several_rounds_keep_each_operations_launch_column(tmp_path: Path) -> None:
+    from dlbench.operators.protocol import parse_output
+
+    entry, _ = program(tmp_path, "launching", WITH_LAUNCH)
+    script = Path(entry.command[-1])  # its header gets the launch column
+    script.write_text(script.read_text().replace('out.write("id,ms\\n")', 'out.write("id,ms,launch\\n")'))
+    settings = RunSettings(warmup=0, min_reps=4, min_time_s=0.0, threads=1, rounds=4, contended_below=0)
+    result, files = measure_operations(entry, relu_ops(3), settings, tmp_path / "work")
+    assert all(m.ok for m in result.measurements.values())
+    rounds = sorted((tmp_path / "work").glob("*_round*_out.csv"))
+    assert len(rounds) == 4 and all(parse_output(p).launch_ms for p in rounds), "each round wrote its launches"
+    combined = parse_output(files.output_csv).launch_ms
+    assert combined == pytest.approx({0: 0.02, 1: 0.03, 2: 0.04})

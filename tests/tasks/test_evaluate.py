@@ -57,8 +57,16 @@ def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_
         assert before > 0 and after > 0
         assert abs(m["machine_drift_pct"]) >= abs(after / before - 1) * 100 - 0.1
     assert ("dlbench.drifted" in run.data.tags) == (abs(m["machine_drift_pct"]) > 10)
-    # evaluate.caches (default cold): what the benchmarks ran with is logged as the measurement setting
-    assert run.data.params["evaluate.caches"] == "cold" and run.data.params["measure.caches"] == "cold"
+    # evaluate.caches (default step): what the benchmarks ran with is logged as the measurement setting, and
+    # each operation's footprint in the step with the copies its benchmark really rotated over
+    assert run.data.params["evaluate.caches"] == "step" and run.data.params["measure.caches"] == "step"
+    operations = table(store, run.info.run_id, "operations.csv")
+    timed = operations[operations["benchmark_ms"].notna()]
+    assert (timed["footprint_bytes"] >= 0).all() and (timed["rotation_copies"] >= 1).all()
+    row_bytes = timed["rotated_bytes"] / timed["rotation_copies"]
+    assert (timed["rotated_bytes"] <= timed["cache_cap_bytes"] + row_bytes).all()
+    assert m["step_working_set_bytes"] >= timed["footprint_bytes"].max()
+    assert "cache state from the step: working set" in artifact_text(store, run.info.run_id, "notes.txt")
     # evaluate.bracket (default): trained again after the benchmarks; the measured step spans both trainings
     steady = [
         steps[(steps["profiled"] == 0) & (steps["step"] >= 3)]["wall_s"] * 1e3

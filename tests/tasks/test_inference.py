@@ -73,7 +73,8 @@ def test_a_zoo_model_is_predicted_and_measured_per_engine(tmp_path: Path, store:
         expected = (
             100 * (metrics[prefix + "predicted_ms"] - metrics[prefix + "measured_ms"]) / metrics[prefix + "measured_ms"]
         )
-        assert metrics[prefix + "error_pct"] == pytest.approx(expected, rel=1e-2, abs=1e-2)
+        # (the logged times are rounded to four significant digits: their error moves by a few hundredths)
+        assert metrics[prefix + "error_pct"] == pytest.approx(expected, rel=1e-2, abs=5e-2)
         assert f"{engine} " in result.stdout and "%" in result.stdout
     pools = [row for row in table if row["op_type"] == "MaxPool"]
     assert pools and all(row["torch_benchmark"] == "torch_maxpool" for row in pools)
@@ -81,3 +82,8 @@ def test_a_zoo_model_is_predicted_and_measured_per_engine(tmp_path: Path, store:
     facts = json.loads(artifact_text(store, run.info.run_id, "end_to_end/light_squeezenet_b1_end_to_end.json"))
     assert facts["threads"] == 1 and facts["engines"]["torch"]["torch_threads"] == 1
     assert facts["max_relative_difference"]["torch_vs_onnxruntime"] < 1e-4
+    # evaluate.caches=step (the default): the torch kernels rotate over each operation's footprint in one
+    # forward pass, which never exceeds the weights and activations that forward touches
+    assert params["evaluate.caches"] == "step"
+    footprints = [float(row["footprint_bytes"]) for row in table]
+    assert all(0 <= f <= metrics["forward_working_set_bytes"] for f in footprints) and max(footprints) > 0

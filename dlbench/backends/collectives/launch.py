@@ -1,6 +1,7 @@
 """The executable's launcher: rows grouped by ``world_size``, each group run by that many rank processes on
 this machine (a loopback rendezvous on a free port), their outputs joined into ``<stem>_out.csv``. It imports
-no torch itself; a rank that fails stops the others, so no rank waits forever in a collective."""
+torch only on a GPU (to count the GPUs: more ranks than GPUs is refused before any rank starts); a rank that
+fails stops the others, so no rank waits forever in a collective."""
 
 from __future__ import annotations
 
@@ -12,6 +13,8 @@ from collections import defaultdict
 from pathlib import Path
 
 from dlbench.core.collectives import COLLECTIVE, COLLECTIVE_OP_TYPES
+from dlbench.core.device import check_ranks_fit
+from dlbench.core.errors import ConfigurationError
 from dlbench.core.ranks import free_port
 from dlbench.operators.protocol import ProtocolError, output_path_for, read_input, samples_path_for, write_input
 
@@ -84,6 +87,12 @@ def main(argv: list[str]) -> int:
     out_lines: list[str] = []
     sample_lines: list[str] = []
     header = samples_header = ""
+    try:  # NCCL runs one rank per GPU: refuse before any rank starts
+        if groups and os.environ.get("DLBENCH_DEVICE") == "cuda":
+            check_ranks_fit(groups, "cuda")
+    except ConfigurationError as err:
+        print(f"dlbench collectives: {err}", file=sys.stderr)
+        return 2
     for world_size, group in sorted(groups.items()):
         group_input = write_input(input_path.with_name(f"{input_path.stem}_ws{world_size}.csv"), group)
         status = run_ranks(op_type, group_input, world_size)

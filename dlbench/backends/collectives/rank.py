@@ -5,6 +5,7 @@ its samples are that rank's."""
 
 from __future__ import annotations
 
+import inspect
 import math
 import statistics
 import sys
@@ -37,6 +38,12 @@ from dlbench.operators.protocol import (
 DTYPES = {name: getattr(torch, name) for name in dtypes.DTYPES}
 #: extra output columns (the protocol keeps named columns it does not know; results.csv recomputes them)
 BANDWIDTH_COLUMNS = ("algbw_gbs", "busbw_gbs")
+
+
+def bound_device(device: torch.device) -> dict[str, torch.device]:
+    """``device_id=`` for ``init_process_group`` where this torch has it (2.3 and later: NCCL's communicator
+    bound to the rank's GPU at once); older ones pick it up from ``torch.cuda.set_device``."""
+    return {"device_id": device} if "device_id" in inspect.signature(dist.init_process_group).parameters else {}
 
 
 def _timed_calls(call: Callable[[], object], sync: Callable[[], None], control: object, count: int) -> list[float]:
@@ -121,9 +128,13 @@ def main(argv: list[str]) -> int:
     settings = TimingSettings.from_env()
     rows = read_input(input_path)
     if device_name == "cuda":
-        device = torch.device("cuda", local_rank % torch.cuda.device_count())
+        if local_rank >= torch.cuda.device_count():  # NCCL: one GPU per rank, never two ranks on one
+            print(f"dlbench collectives: local rank {local_rank} has no GPU of its own ({torch.cuda.device_count()} "
+                  "visible): run at most one rank per GPU", file=sys.stderr)  # fmt: skip
+            return 2
+        device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", rank=rank, world_size=world, device_id=device)
+        dist.init_process_group("nccl", rank=rank, world_size=world, **bound_device(device))
         control = dist.new_group(backend="gloo")  # barriers and agreement on the host, beside NCCL's streams
         sync: Callable[[], None] = torch.cuda.synchronize
     else:

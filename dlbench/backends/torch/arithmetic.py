@@ -5,11 +5,22 @@ input or for one (training differentiates only the inputs that need a gradient: 
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 
 import torch
 
-from dlbench.backends.torch.params import Kernel, Pass, UnsupportedRow, autograd_pass, glue, gradient_inputs, mode_of
+from dlbench.backends.torch.params import (
+    Kernel,
+    Pass,
+    UnsupportedRow,
+    autograd_pass,
+    glue,
+    gradient_inputs,
+    integer,
+    mode_of,
+)
+from dlbench.core.glue import BUCKET_VIEW_MODE
 
 BINARY: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "Mul": torch.mul,
@@ -32,6 +43,8 @@ def binary_kernel(op_type: str) -> Kernel:
         # a divisor away from 0 (and a gradient -a/b^2 that stays finite)
         b = torch.rand(b_shape, device=device, dtype=dtype)
         b = b + 0.5 if op_type == "Div" else torch.randn_like(b)
+        if op_type == "Mul" and integer(p, "mode", 0) == BUCKET_VIEW_MODE:
+            return _into_bucket_view(a, b)
         wrt = gradient_inputs(p, [0, 1])
         if not wrt:
             return Pass(lambda: function(a, b), (a, b))
@@ -81,11 +94,44 @@ def variadic_kernel(op_type: str) -> Kernel:
     return kernel_fn
 
 
+def _into_bucket_view(a: torch.Tensor, b: torch.Tensor) -> Pass:
+    """DDP's copy of a gradient into its bucket: ``mul(grad, 1 / world_size, out=view)``, the view a slice of
+    a flat bucket that outlives the step (and its copy back reads and writes as many bytes), not a fresh
+    output allocated per call."""
+    shape = torch.broadcast_shapes(a.shape, b.shape)
+    size = math.prod(shape)
+    bucket = torch.zeros(2 * size, device=a.device, dtype=a.dtype)  # the gradient's slice sits inside it
+    view = bucket[size // 2 : size // 2 + size].view(shape)
+    return Pass(lambda: torch.mul(a, b, out=view), (a, b))
+
+
 def where(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass:
     c_shape, x_shape, y_shape = glue("Where", p).inputs
     condition = torch.rand(c_shape, device=device) < 0.5
     x, y = torch.randn(x_shape, device=device, dtype=dtype), torch.randn(y_shape, device=device, dtype=dtype)
     wrt = gradient_inputs(p, [1, 2])
+    filled = _masked_fill(condition, x, y, wrt)
+    if filled is not None:
+        return filled
     if not wrt:
         return Pass(lambda: torch.where(condition, x, y), (condition, x, y))
     return autograd_pass(torch.where, [condition, x, y], wrt)
+
+
+def _masked_fill(condition: torch.Tensor, x: torch.Tensor, y: torch.Tensor, wrt: list[int]) -> Pass | None:
+    """A Where one of whose values is a single element and the other the whole output is how ONNX writes
+    ``masked_fill`` (``Where(mask, value, t)``): PyTorch fills the tensor's copy in place (``masked_fill_``),
+    forward and in MaskedFillBackward0 (the gradient of the tensor, zeroed where the mask is set), so it is
+    timed so, not as an out-of-place ``torch.where`` reading three operands. The scalar's own gradient (a sum)
+    stays autograd's. None: not that form."""
+    shape = torch.broadcast_shapes(condition.shape, x.shape, y.shape)
+    forms = [(s, f, i) for s, f, i in ((x, y, 2), (y, x, 1)) if s.numel() == 1 and f.shape == shape]
+    if not forms or wrt not in ([], [forms[0][2]]):
+        return None
+    scalar, full, index = forms[0]
+    mask = condition if index == 2 else ~condition
+    if not wrt:
+        value = float(scalar.reshape(()))
+        return Pass(lambda: full.masked_fill_(mask, value), (condition, x, y))
+    grad = torch.randn_like(full)  # the incoming gradient, zeroed where the mask set the value
+    return Pass(lambda: (grad.masked_fill_(mask, 0.0),), (condition, x, y), (grad,))

@@ -69,5 +69,17 @@ def _sysfs_bytes(path: Path) -> int:
 
 
 def cold_footprint(caches: str, device: torch.device) -> int:
-    """Bytes the copies of a row should fill: twice the last-level cache for ``cold``, 0 for ``hot``."""
-    return 2 * last_level_cache_bytes(device) if caches == "cold" else 0
+    """Bytes the copies of a row should fill: twice the last-level cache for ``cold`` (beyond it every read
+    comes from memory), and the cap of ``step``; 0 for ``hot``."""
+    return 2 * last_level_cache_bytes(device) if caches in ("cold", "step") else 0
+
+
+def row_footprint(caches: str, cap_bytes: int, row_bytes: int, step_bytes: int | None) -> int:
+    """Bytes a row's copies fill. ``step``: the operation's reuse distance in its step (``step_bytes``, the
+    bytes touched between uses of its inputs) plus its own tensors, which a call touches too, capped at
+    ``cap_bytes``; a row without one is timed hot. ``cold``: ``cap_bytes``; ``hot``: 0."""
+    if caches != "step":
+        return cap_bytes if caches == "cold" else 0
+    if step_bytes is None or step_bytes <= 0:
+        return 0
+    return min(cap_bytes, step_bytes + row_bytes)

@@ -7,7 +7,6 @@ import os
 import sys
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import torch
 
@@ -16,11 +15,18 @@ from dlbench.backends.torch.fp32_math import apply_fp32_math
 from dlbench.backends.torch.kernels import DTYPES, KERNELS
 from dlbench.backends.torch.memory import free_memory, memory_problem, tensor_bytes
 from dlbench.backends.torch.params import UnsupportedRow
-from dlbench.backends.torch.rotation import cold_footprint, copies_for, rotated
+from dlbench.backends.torch.rotation import cold_footprint, copies_for, rotated, row_footprint
 from dlbench.core.allocator import release_free_heap
 from dlbench.core.cores import resolve_threads
 from dlbench.core.descriptors import DESCRIPTORS
 from dlbench.core.settings import CACHE_STATES, from_environment
+from dlbench.operators.footprint_file import (
+    ROTATION_HEADER,
+    footprints_path_for,
+    read_footprints,
+    rotation_line,
+    rotation_path_for,
+)
 from dlbench.operators.protocol import (
     SAMPLES_HEADER,
     output_header,
@@ -53,37 +59,24 @@ def _device_from_env() -> torch.device:
     return torch.device(name)
 
 
-def _environment() -> tuple[torch.dtype, str]:
-    """Threads, float32 math, dtype and cache state from the ``DLBENCH_*`` variables (applied where they are
-    switches); a ``ValueError`` names the variable that is wrong."""
-    run = from_environment(("threads", "dtype", "caches", "fp32_math"))
-    apply_fp32_math(str(run["fp32_math"]))
+def _configure() -> tuple[torch.dtype, str] | None:
+    """Threads and float32 math set from the environment; its dtype and cache state, or None after saying
+    what is wrong."""
+    try:
+        run = from_environment(("threads", "dtype", "caches", "fp32_math"))
+        apply_fp32_math(str(run["fp32_math"]))
+    except ValueError as err:
+        print(err, file=sys.stderr)
+        return None
     torch.set_num_threads(resolve_threads(int(run["threads"])))
-    if str(run["dtype"]) not in DTYPES:
-        raise ValueError(f"DLBENCH_DTYPE={run['dtype']!r}: use one of {', '.join(DTYPES)}")
+    dtype_name = str(run["dtype"])
+    if dtype_name not in DTYPES:
+        print(f"DLBENCH_DTYPE={dtype_name!r}: use one of {', '.join(DTYPES)}", file=sys.stderr)
+        return None
     if run["caches"] not in CACHE_STATES:
-        raise ValueError(f"DLBENCH_CACHES={run['caches']!r}: use one of {', '.join(CACHE_STATES)}")
-    return DTYPES[str(run["dtype"])], str(run["caches"])
-
-
-def _time_row(
-    op_type: str, params: dict, device: torch.device, dtype: torch.dtype, footprint: int, settings: TimingSettings,
-    clock: object, memory_fraction: float,
-) -> Any:  # fmt: skip
-    """One row's kernel timed (its tensors rotated through ``footprint`` for cold caches), or why it is skipped
-    (it would not fit in memory)."""
-    release_free_heap()  # every row starts from the same heap, whatever the rows before it freed
-    row_bytes = tensor_bytes(op_type, params, torch.empty((), dtype=dtype).element_size())
-    copies = copies_for(row_bytes, footprint)
-    skip = memory_problem(row_bytes * copies, free_memory(device), memory_fraction)
-    if skip:
-        return skip
-    fn = rotated(partial(KERNELS[op_type], params, device, dtype), copies)
-    timing = time_repeated(fn, settings, clock=clock)
-    del fn  # free this row's tensors before the next row is sized
-    if device.type == "cuda":
-        torch.cuda.empty_cache()  # else the caching allocator's hold shows as used memory
-    return timing
+        print(f"DLBENCH_CACHES={run['caches']!r}: use one of {', '.join(CACHE_STATES)}", file=sys.stderr)
+        return None
+    return DTYPES[dtype_name], str(run["caches"])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -93,18 +86,19 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     op_type, input_path = args[0], Path(args[1])
     descriptors = DESCRIPTORS[op_type]
-    try:
-        dtype, caches = _environment()
-    except ValueError as err:
-        print(err, file=sys.stderr)
+    configured = _configure()
+    if configured is None:
         return 2
+    dtype, caches = configured
     device = _device_from_env()
     settings = TimingSettings.from_env()
     memory_fraction = _memory_fraction_from_env()
-    footprint = cold_footprint(caches, device)
+    element_size = torch.empty((), dtype=dtype).element_size()
+    cap = cold_footprint(caches, device)
     clock = clock_for(device.type)  # CUDA events on a GPU: device time, no synchronize per call
     try:
         rows = read_input(input_path)
+        step_footprints = read_footprints(footprints_path_for(input_path)) if caches == "step" else {}
     except (OSError, ValueError) as err:
         print(f"cannot read {input_path}: {err}", file=sys.stderr)
         return 2
@@ -112,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     with (
         output_path_for(input_path).open("w", encoding="utf-8") as out,
         samples_path_for(input_path).open("w", encoding="utf-8") as samples_out,
+        rotation_path_for(input_path).open("w", encoding="utf-8") as rotation_out,
         torch.inference_mode(False),
         torch.no_grad(),
     ):
@@ -119,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         out.write(output_header(launch=launch))
         out.flush()
         samples_out.write(SAMPLES_HEADER)
+        rotation_out.write(",".join(ROTATION_HEADER) + "\n")
         for op_id, values in rows:
             try:
                 if len(values) != len(descriptors):
@@ -126,11 +122,22 @@ def main(argv: list[str] | None = None) -> int:
                         f"{len(values)} parameters, {op_type} takes {len(descriptors)}: {', '.join(descriptors)}"
                     )
                 params = dict(zip(descriptors, values, strict=True))
-                timing = _time_row(op_type, params, device, dtype, footprint, settings, clock, memory_fraction)
-                if isinstance(timing, str):
+                release_free_heap()  # every row starts from the same heap, whatever the rows before it freed
+                row_bytes = tensor_bytes(op_type, params, element_size)
+                footprint = row_footprint(caches, cap, row_bytes, step_footprints.get(op_id))
+                copies = copies_for(row_bytes, footprint)
+                skip = memory_problem(row_bytes * copies, free_memory(device), memory_fraction)
+                if skip:
                     failed += 1
-                    print(f"id {op_id}: {timing}", file=sys.stderr, flush=True)
+                    print(f"id {op_id}: {skip}", file=sys.stderr, flush=True)
                     continue
+                fn = rotated(partial(KERNELS[op_type], params, device, dtype), copies)
+                rotation_out.write(rotation_line(op_id, row_bytes, copies, cap))
+                rotation_out.flush()
+                timing = time_repeated(fn, settings, clock=clock)
+                del fn  # free this row's tensors before the next row is sized
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()  # else the caching allocator's hold shows as used memory
             except (UnsupportedRow, RuntimeError, MemoryError) as err:
                 failed += 1
                 print(f"id {op_id}: {op_type} cannot run: {err}", file=sys.stderr, flush=True)

@@ -1,0 +1,87 @@
+"""``caches=step``: each row's timed calls rotate over copies filling the footprint its operation has in the step
+(``<stem>_footprints.csv``) plus its own tensors, capped at twice the last-level cache; the copies the rotation
+built are those ``<stem>_rotation.csv`` logs."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import torch
+
+from dlbench.backends.torch import kernels, rotation, run
+from dlbench.core.values import Operation
+from dlbench.operators.footprint_file import footprints_path_for, read_footprints, write_footprints
+from dlbench.operators.protocol import parse_output, write_input
+
+MIB = 1 << 20
+#: Relu N8 C16 H32 W32: its input and its output, counted by hand
+RELU_TENSORS = 2 * 8 * 16 * 32 * 32 * 4
+
+
+def _measure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, footprints: dict[int, int], llc: str):
+    """The embedded torch executable over three Relu rows (in this process, so the copies it builds are seen)."""
+    (tmp_path / "cache" / "index3").mkdir(parents=True)
+    (tmp_path / "cache" / "index3" / "size").write_text(llc)
+    monkeypatch.setattr(rotation, "CPU_CACHES", tmp_path / "cache")
+    for key, value in {"DLBENCH_MIN_REPS": "2", "DLBENCH_MAX_REPS": "4", "DLBENCH_MIN_TIME_S": "0",
+                       "DLBENCH_WARMUP": "1", "DLBENCH_THREADS": "1", "DLBENCH_CACHES": "step"}.items():  # fmt: skip
+        monkeypatch.setenv(key, value)
+    built: dict[int, list[torch.Tensor]] = {}
+    relu, row = kernels.KERNELS["Relu"], [0]
+
+    def counting(params, device, dtype):  # each copy's input tensor, kept to count the distinct storage built
+        made = relu(params, device, dtype)
+        cells = [cell.cell_contents for cell in made.__closure__ or ()]
+        built.setdefault(row[0], []).extend(t for t in cells if isinstance(t, torch.Tensor))
+        return made
+
+    def timed(fn, settings, clock):
+        row[0] += 1
+        return original(fn, settings, clock=clock)
+
+    original = run.time_repeated
+    monkeypatch.setitem(kernels.KERNELS, "Relu", counting)
+    monkeypatch.setattr(run, "time_repeated", timed)
+    path = write_input(tmp_path / "Relu.csv", [(i, [8, 16, 32, 32, 0]) for i in range(3)])
+    operations = [Operation(i, "Relu", (), footprint_bytes=footprints.get(i)) for i in range(3)]
+    write_footprints(footprints_path_for(path), operations)
+    assert run.main(["Relu", str(path)]) == 0
+    assert sorted(parse_output(tmp_path / "Relu_out.csv", [0, 1, 2]).rows) == [0, 1, 2]
+    return pd.read_csv(tmp_path / "Relu_rotation.csv").set_index("id"), built
+
+
+def test_each_row_rotates_over_its_own_footprint_and_the_copies_built_are_those_logged(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    logged, built = _measure(tmp_path, monkeypatch, {1: 4 * MIB, 2: 64 * MIB}, "32768K")
+    assert (logged["cap_bytes"] == 2 * 32 * MIB).all(), "twice the last-level cache sysfs reports"
+    assert (logged["row_bytes"] >= RELU_TENSORS).all()
+    assert logged.loc[0, "copies"] == 1, "an operation without a footprint is timed hot"
+    wanted = 4 * MIB + logged.loc[1, "row_bytes"]  # the bytes between uses, and the row's own tensors
+    assert logged.loc[1, "rotated_bytes"] >= wanted > (logged.loc[1, "copies"] - 1) * logged.loc[1, "row_bytes"]
+    assert logged.loc[2, "rotated_bytes"] <= 2 * 32 * MIB + logged.loc[2, "row_bytes"], "capped"
+    assert logged.loc[2, "copies"] > logged.loc[1, "copies"] > 1
+    for index, op_id in enumerate(logged.index):  # built before each row is timed, in order
+        tensors = built[index]
+        storages = {t.untyped_storage().data_ptr() for t in tensors}
+        assert len(tensors) == len(storages) == logged.loc[op_id, "copies"], "one distinct input per copy"
+        assert sum(t.numel() * t.element_size() for t in tensors) == logged.loc[op_id, "copies"] * RELU_TENSORS // 2
+
+
+def test_a_machine_with_a_larger_cache_lets_a_long_reuse_distance_rotate_wider(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    small, _ = _measure(tmp_path / "a", monkeypatch, {2: 256 * MIB}, "8192K")
+    large, _ = _measure(tmp_path / "b", monkeypatch, {2: 256 * MIB}, "65536K")
+    assert small.loc[2, "rotated_bytes"] < large.loc[2, "rotated_bytes"]
+    assert math.isclose(small.loc[2, "rotated_bytes"], 16 * MIB, rel_tol=0.1)
+
+
+def test_a_footprint_file_with_a_malformed_row_names_the_file_and_line(tmp_path: Path) -> None:
+    path = tmp_path / "Relu_footprints.csv"
+    path.write_text("id,footprint_bytes\n0,12\n1,lots\n")
+    with pytest.raises(ValueError, match=r"Relu_footprints.csv:3: expected id,footprint_bytes"):
+        read_footprints(path)
