@@ -57,6 +57,11 @@ COLUMNS = (
     "covered_ratio_training_to_benchmark",
     "machine_drift_pct",
     "training_drift_pct",
+    "outliers",
+    "outlier_causes_reproduced",
+    "predicted_step_with_causes_ms",
+    "tensor_stats_batch_ms",
+    "causes_retime_s",
 )
 
 

@@ -13,6 +13,7 @@ from omegaconf import MISSING
 
 from dlbench.core.change_rules import CONFIDENCE, NOISE_THRESHOLD, RESAMPLES, compare_problem
 from dlbench.core.dtypes import DTYPES
+from dlbench.core.outliers import OutliersConfig
 from dlbench.core.resolvers import register_resolvers
 from dlbench.core.settings import CACHE_STATES, FP32_MATHS, default
 
@@ -120,6 +121,7 @@ class EvaluateConfig:
     #: a data-parallel step: also train the script as one process (same batch per rank) for the measured scaling
     #: efficiency
     single_process: bool = True
+    outliers: OutliersConfig = field(default_factory=OutliersConfig)
 
     def __post_init__(self) -> None:
         check_cache_state("evaluate.caches", self.caches)

@@ -58,7 +58,7 @@ def log_changes(run: Any, judged: Judged, settings: Any, out_dir: Path, experime
     run.log_artifact(path)
     if len(judged.machines):
         run.log_table(judged.machines, "machine_differences.csv")
-    title = f"B ({settings.candidate or 'the other runs'}) / A ({settings.baseline})"
+    title = f"B ({_short(settings.candidate) or 'the other runs'}) / A ({_short(settings.baseline)})"
     summary = summary_paragraph(judged, settings.baseline, settings.candidate, settings.threshold)
     if len(changes):
         fig = forest_figure(changes, settings.threshold, title)
@@ -71,6 +71,10 @@ def log_changes(run: Any, judged: Judged, settings: Any, out_dir: Path, experime
     print_changes(judged, summary)
     print(f"forest plot: {artifact_link(run.target, experiment_id, run.run_id, FOREST_HTML)}")
     return gate(changes, settings.fail_on)
+
+
+def _short(spec: str) -> str:
+    return spec if len(spec) <= 24 else spec[:12] + "..."
 
 
 def print_changes(judged: Judged, summary: str) -> None:

@@ -33,6 +33,10 @@ class Evaluation:
     metrics: dict[str, float]
     profiled_ms: float
     notes: tuple[str, ...] = ()
+    #: the operations far from their benchmark (:mod:`dlbench.analysis.outliers`) and the lines that name them
+    #: and their causes, printed and in the run's description
+    outliers: pd.DataFrame | None = None
+    findings: tuple[str, ...] = ()
 
     @property
     def per_type(self) -> pd.DataFrame:
@@ -62,6 +66,8 @@ def log_evaluation(run: Any, evaluation: Evaluation, backend: str, title: str) -
     run.log_table(evaluation.matched.unmatched(), "unmatched_ops.csv")
     not_predicted = not_predicted_frame(frame, evaluation.matched, evaluation.profiled_ms)
     run.log_table(not_predicted, "not_predicted.csv")
+    if evaluation.outliers is not None:
+        run.log_table(evaluation.outliers, "outliers.csv")
     uncovered = evaluation.uncovered_op_types
     notes = list(evaluation.notes) + not_predicted_notes(not_predicted)
     if uncovered:
@@ -126,6 +132,8 @@ def print_evaluation(run_name: str, run_id: str, evaluation: Evaluation) -> None
         print("\nprediction terms (benchmarks and microbenchmarks, no profiler):")
         print(terms_for_people(evaluation.terms).to_string(index=False))
     print(status_line(metrics))
+    for line in evaluation.findings:
+        print(line)
     if evaluation.uncovered_op_types:
         print(f"op types without a benchmark measurement: {', '.join(evaluation.uncovered_op_types)}")
     print(
@@ -189,6 +197,8 @@ def evaluation_note(title: str, evaluation: Evaluation, shown_types: int = 8) ->
     for r in per_type.itertuples(index=False):
         lines.append(f"| {r.op_type} | {_fmt(float(r.predicted_ms))} | {_fmt(float(r.in_training_ms))} | "
                      f"{_fmt(float(r.ratio_training_to_benchmark))} |")  # fmt: skip
+    if evaluation.findings:
+        lines += ["", *(f"- {line.strip()}" if line.startswith(" ") else line for line in evaluation.findings)]
     if evaluation.notes:
         lines += ["", "Notes: " + "; ".join(evaluation.notes)]
     return "\n".join(lines)

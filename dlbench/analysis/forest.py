@@ -38,7 +38,7 @@ def forest_figure(changes: pd.DataFrame, threshold: float, title: str):
 
     rows = shown_rows(changes)
     height = max(2.5, 0.28 * len(rows) + 1.4)
-    fig, ax = plt.subplots(figsize=(8.5, height))
+    fig, ax = plt.subplots(figsize=(10.0, height))
     ax.axvspan(1.0 / (1.0 + threshold), 1.0 + threshold, color="#d5d8dc", alpha=0.6,
                label=f"noise threshold ±{threshold:.0%}")  # fmt: skip
     ax.axvline(1.0, color="black", linewidth=0.8)
@@ -56,7 +56,8 @@ def forest_figure(changes: pd.DataFrame, threshold: float, title: str):
     ax.set_xlabel("B / A (ratio of medians, 95% interval); > 1: B slower")
     ax.set_title(title, fontsize=9)
     handles = [plt.Line2D([], [], color=c, marker="o", label=v) for v, c in COLOURS.items()]
-    ax.legend(handles=[*ax.get_legend_handles_labels()[0], *handles], fontsize=7, loc="best")
+    ax.legend(handles=[*ax.get_legend_handles_labels()[0], *handles], fontsize=7, loc="upper left",
+              bbox_to_anchor=(1.01, 1.0))  # fmt: skip
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     return fig
@@ -68,14 +69,17 @@ def _label(row) -> str:
 
 def forest_html(changes: pd.DataFrame, threshold: float, title: str, summary: str) -> str:
     """A page with the figure as inline SVG, the summary, and the table of changes."""
+    import matplotlib
     import matplotlib.pyplot as plt
 
     fig = forest_figure(changes, threshold, title)
     buffer = io.StringIO()
-    fig.savefig(buffer, format="svg")
+    with matplotlib.rc_context({"svg.fonttype": "none"}):  # labels stay text: found and copied in the browser
+        fig.savefig(buffer, format="svg")
     plt.close(fig)
     svg = buffer.getvalue()
     svg = svg[svg.find("<svg") :]  # the XML prologue does not belong inside HTML
+    svg = svg.replace("<svg ", '<svg style="max-width:100%;height:auto" ', 1)  # fits the view (it has a viewBox)
     table = changes.to_html(index=False, float_format=lambda v: f"{v:.4g}", border=0, classes="changes")
     return (
         "<!DOCTYPE html><html><head><meta charset='utf-8'><title>"

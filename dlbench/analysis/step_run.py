@@ -36,6 +36,12 @@ def read_step_profile(profile_dir: str | Path, time_column: str = "self_cpu_us")
     """Per (name, input_shapes): calls and time per step (as :func:`dlbench.analysis.match.profile_per_step`),
     with what ran inside each folded range taken out and counted as one row of the range's folded name; and the
     folded rows themselves per step (column ``folded``: the range they ran in)."""
+    rows, folded = batch_profiles(profile_dir, time_column)
+    return profile_from_batches(rows, time_column), _per_step_folded(folded, time_column)
+
+
+def batch_profiles(profile_dir: str | Path, time_column: str = "self_cpu_us") -> tuple[pd.DataFrame, pd.DataFrame]:
+    """:func:`read_step_profile` per profiled batch (column ``batch``), before the median over batches."""
     from dlbench.training.profile import read_profile
 
     paths = sorted(Path(profile_dir).glob("batch_*_ops.csv"))
@@ -47,7 +53,7 @@ def read_step_profile(profile_dir: str | Path, time_column: str = "self_cpu_us")
                        [pd.DataFrame(columns=["folded", "batch", "name", "input_shapes", "calls", time_column])],
                        ignore_index=True)  # fmt: skip
     if folded.empty:
-        return profile_from_batches(rows, time_column), _per_step_folded(folded, time_column)
+        return rows, folded
     key = ["batch", "name", "input_shapes"]
     inside = folded.groupby(key)[["calls", time_column]].sum()
     rows = rows.set_index(key)
@@ -63,7 +69,7 @@ def read_step_profile(profile_dir: str | Path, time_column: str = "self_cpu_us")
         ranges.append({"batch": batch, "name": name, "input_shapes": shapes, "calls": calls,
                        time_column: float(group[time_column].sum())})  # fmt: skip
     rows = pd.concat([rows[["batch", "name", "input_shapes", "calls", time_column]], pd.DataFrame(ranges)])
-    return profile_from_batches(rows, time_column), _per_step_folded(folded, time_column)
+    return rows, folded
 
 
 def _per_step_folded(folded: pd.DataFrame, time_column: str) -> pd.DataFrame:

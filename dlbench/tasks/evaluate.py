@@ -11,12 +11,15 @@ from __future__ import annotations
 import logging
 import os
 import shlex
-from dataclasses import asdict, replace
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from dlbench.analysis import data_parallel as ddp_model
 from dlbench.analysis import match
+from dlbench.analysis.causes import CauseCheck, outlier_findings
 from dlbench.analysis.evaluation import Evaluation, log_evaluation, print_evaluation
 from dlbench.analysis.match import match_profile
 from dlbench.analysis.predict import (
@@ -40,7 +43,7 @@ from dlbench.core.device import resolve_device
 from dlbench.core.dtypes import DTYPE_BYTES
 from dlbench.core.errors import ConfigurationError, TaskFailed
 from dlbench.core.folders import fresh_folder
-from dlbench.core.values import Measurement, Operation
+from dlbench.core.values import Operation
 from dlbench.onnx import unfold
 from dlbench.onnx.errors import ExtractionError
 from dlbench.onnx.extract import extract_operations
@@ -52,21 +55,19 @@ from dlbench.operators.collectives import measure_allreduce, measure_gradient_co
 from dlbench.operators.footprint_file import with_rotation_columns
 from dlbench.operators.launch import FRAMEWORK_OUT, read_launch_ms
 from dlbench.operators.measure import measure_with_progress
-from dlbench.operators.plan import model_coverage, plan_benchmarks
+from dlbench.operators.plan import model_coverage
 from dlbench.operators.reference import (
-    WARMUP_ROUNDS,
     Drift,
-    probe_settings,
-    reference_benchmarks,
-    reference_medians,
 )
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
+from dlbench.operators.step_benchmarks import measure_reference, measure_step
 from dlbench.tracking.runs import job_run_name, open_run
 from dlbench.training.facts import effective_params, script_params
 from dlbench.training.profile import BATCHES_FILE
 from dlbench.training.scripts import (
     MIN_STEADY_STEPS,
+    TrainingRun,
     check_ran_in_dtype,
     check_steady_steps,
     check_training_dtype,
@@ -75,8 +76,6 @@ from dlbench.training.scripts import (
 )
 from dlbench.training.threads import ThreadAgreement
 
-#: The optimizer's op_types (:mod:`dlbench.onnx.update`); training runs PyTorch's whatever the backend measures
-UPDATE_OP_TYPES = ("SGD", "Adam", "AdamW", "RMSprop", "ZeroGrad", "ClipGradNorm")
 FRAMEWORK_OP_TYPE = "FrameworkOverhead"
 
 log = logging.getLogger(__name__)
@@ -96,41 +95,6 @@ def match_table(cfg: DlbenchConfig):
     if node.operators:
         return match.load_table({"operators": node.operators, "framework": node.framework, "training": node.training})
     return match.load_table()
-
-
-def measure_step(
-    cfg: DlbenchConfig, ctx: AppContext, operations, device: str, run, machine: MachineRecord
-) -> tuple[dict, dict, object]:
-    """Every operation some available benchmark of ``cfg.backend`` serves, measured; protocol files logged."""
-    registry = load_registry(ctx.config_dirs)
-    plan = plan_benchmarks(registry, operations, cfg.backend, device)
-    settings = run_settings(cfg, device)
-    measurements: dict[int, Measurement] = {}
-    implementations: dict[int, str] = {}
-    workdir = ctx.output_dir / "protocol"
-    assignments = list(plan.assignments)
-    served = {op.id for _, ops in assignments for op in ops}
-    for op_type in UPDATE_OP_TYPES:  # training runs PyTorch's optimizer whatever backend measures the rest
-        update = tuple(op for op in operations if op.op_type == op_type and op.id not in served)
-        if update:
-            assignments.append((optimizer_benchmark(registry, device, op_type), update))
-    for entry, ops in assignments:
-        log.info("measuring %d operations with %s", len(ops), entry.name)
-        result, files = measure_with_progress(entry, ops, settings, workdir, f"{entry.name}_evaluate", cfg.quiet)
-        for op in ops:
-            measurements[op.id] = result.measurements[op.id]
-            implementations[op.id] = entry.name
-        for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
-            if path is not None and path.exists():
-                run.log_artifact(path, "protocol")
-        for path in sorted(workdir.glob(f"{entry.name}_evaluate*_footprints.csv")) + sorted(
-            workdir.glob(f"{entry.name}_evaluate*_rotation.csv")
-        ):  # the cache state each row was timed in
-            run.log_artifact(path, "protocol")
-        machine.add(entry.name, result, ops)
-        if result.interrupted:
-            raise KeyboardInterrupt(f"{entry.name} was interrupted")
-    return measurements, implementations, plan
 
 
 def measure_framework(
@@ -162,34 +126,6 @@ def measure_framework(
     }
 
 
-def measure_reference(
-    cfg: DlbenchConfig, ctx: AppContext, registry: Registry, device: str, when: str
-) -> dict[str, float]:
-    """Median ms of the reference operations (:mod:`dlbench.operators.reference`) now, with PyTorch's kernels,
-    the benchmarks' settings and hot caches, after an untimed round; those without a torch benchmark here are
-    left out. On a GPU: device-bound sizes, timed with CUDA events."""
-    medians: dict[str, float] = {}
-    settings = probe_settings(run_settings(cfg, device))
-    for entry, op in reference_benchmarks(registry, device):
-        for _ in range(WARMUP_ROUNDS + 1):  # the last round counts
-            result, _ = measure_with_progress(
-                entry, [op], settings, ctx.output_dir / "protocol", f"{op.name}_{when}", True
-            )  # a stem per operation: the GEMM's and the convolution's protocol files stay apart
-            if result.interrupted:
-                raise KeyboardInterrupt(f"{entry.name} was interrupted")
-        medians.update(reference_medians(result.measurements, device))
-    return medians
-
-
-def optimizer_benchmark(registry: Registry, device: str, op_type: str = "SGD"):
-    """The torch entry that times PyTorch's optimizer update ``op_type``: training runs it whatever
-    ``backend`` measures the other operations."""
-    entries = registry.serving(op_type, "torch", device)
-    if not entries:
-        raise TaskFailed(f"no torch benchmark of {op_type} on {device} is registered (see conf/registry/)")
-    return entries[0]
-
-
 def evaluation_params(cfg: DlbenchConfig, entry, device: str, table, unfold_table) -> dict[str, object]:
     """What dlbench decides about the evaluation; what the script ran with comes from its own report."""
     return {
@@ -202,6 +138,7 @@ def evaluation_params(cfg: DlbenchConfig, entry, device: str, table, unfold_tabl
         "benchmark_dtype": cfg.dtype,
         "command": shlex.join(entry.command),
         **{f"profile.{k}": v for k, v in asdict(cfg.profile).items()},
+        **{f"evaluate.outliers.{k}": v for k, v in asdict(cfg.evaluate.outliers).items()},
         "evaluate.bracket": cfg.evaluate.bracket,
         "evaluate.caches": cfg.evaluate.caches,
         **{f"measure.{k}": v for k, v in asdict(cfg.measure).items()},
@@ -221,21 +158,52 @@ def with_evaluation_caches(cfg: DlbenchConfig) -> DlbenchConfig:
     return replace(cfg, measure=replace(cfg.measure, caches=cfg.evaluate.caches))
 
 
-def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
+@dataclass(frozen=True)
+class Setup:
+    """What an evaluation decides before it opens its run: the script, its arguments, where it trains."""
+
+    registry: Registry
+    entry: Any
+    arguments: list[str]
+    device: str
+    table: Any
+    unfold_table: Any
+    workdir: Path
+    load_start: float
+
+
+@dataclass(frozen=True)
+class TrainedStep:
+    """The instrumented training and the training step extracted from the network it exported."""
+
+    trained: TrainingRun
+    threads: ThreadAgreement
+    bench_cfg: DlbenchConfig
+    batches: pd.DataFrame
+    measured_ms: float
+    profiled_ms: float
+    batch_size: int
+    extraction: Any
+    facts: Any
+    step: Any
+    placed: Any
+    profile: pd.DataFrame
+    folded: pd.DataFrame
+    notes: tuple[str, ...]
+
+
+def prepare(cfg: DlbenchConfig, ctx: AppContext) -> Setup:
+    """The checks made before anything runs, and the evaluation's working folder (a fresh one)."""
     bench = cfg.benchmark
     if bench is None or bench.kind != "training":
         raise ConfigurationError(
             "task=evaluate needs a training benchmark (e.g. +benchmark=resnet_cifar task=evaluate) or, for a served "
             "model's latency, a model file (task=evaluate model=X.onnx, dispatched to tasks/inference.py)"
         )
-    cfg = with_evaluation_caches(cfg)
     registry = load_registry(ctx.config_dirs)
     entry, arguments = training_entry(cfg, registry)
     check_training_dtype(cfg, entry)
     check_steady_steps(cfg, entry)
-    device = resolve_device(cfg.device)
-    table = match_table(cfg)
-    unfold_table = training_unfold_table(cfg)
     workdir = fresh_folder(ctx.output_dir / "evaluate", bench.name)
     load_start = os.getloadavg()[0]
     if cfg.threads == 0 and load_start > (os.cpu_count() or 1):
@@ -245,120 +213,156 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             load_start,
             os.cpu_count() or 1,
         )
+    device = resolve_device(cfg.device)
+    return Setup(registry, entry, arguments, device, match_table(cfg), training_unfold_table(cfg), workdir, load_start)
+
+
+def train_step(cfg: DlbenchConfig, setup: Setup, run, params: dict[str, object]) -> TrainedStep:
+    """Train the script under the profiler (its network exported; its tensors recorded in the last warm-up batch
+    when the outliers' causes are checked) and make its network a training step's operations."""
+    entry, bench_name = setup.entry, cfg.benchmark.name  # type: ignore[union-attr]
+    log.info("training %s (profiling %d batches after %d)", entry.name, cfg.profile.batches, cfg.profile.warmup)
+    stats = cfg.evaluate.outliers.causes and cfg.profile.warmup > 0
+    trained = run_training(cfg, entry, setup.arguments, setup.workdir, export=True, tensor_stats=stats)
+    run.log_params(script_params(trained.facts, params))
+    check_ran_in_dtype(cfg, entry, trained.facts)
+    threads = ThreadAgreement.of(cfg.threads, trained.facts)  # the benchmarks run with the script's threads
+    thread_notes = threads.announce(run)
+    batches = pd.read_csv(trained.profile_dir / BATCHES_FILE)
+    measured_ms, profiled_ms, steady = measured_step_ms(batches, cfg.profile.warmup)
+    if steady < MIN_STEADY_STEPS:
+        raise TaskFailed(
+            f"training {entry.name} ran {len(batches)} steps: {steady} unprofiled after the warm-up "
+            f"(profile.warmup={cfg.profile.warmup}, profile.batches={cfg.profile.batches}), fewer than the "
+            f"{MIN_STEADY_STEPS} the measured step time needs; run more steps"
+        )
+    assert trained.model_path is not None
+    batch_size = int(trained.facts.get("observed", {}).get("batch_size", cfg.batch_size))
+    try:
+        extraction = extract_operations(trained.model_path, batch_size, training=True)
+    except ExtractionError as err:
+        raise TaskFailed(str(err)) from err
+    forward = with_dtype_costs(deduplicate(extraction.operations()), cfg.dtype)
+    time_column = "self_device_us" if setup.device == "cuda" else "self_cpu_us"
+    profile, folded = read_step_profile(trained.profile_dir, time_column)  # optimizer, clipping: one row each
+    forward, fused_notes = fuse_exported_gelus(forward, trained.model_path, set(profile["name"]))
+    unfolding = unfold.unfold_operations(forward, setup.unfold_table)
+    facts = graph_facts(trained.model_path, batch_size).with_inferred_outputs(extraction.nodes)
+    ran = step_run(trained.facts, profile, folded)  # the loss and optimizer the script ran
+    step = training_step(forward, unfolding, facts, setup.table.training, DTYPE_BYTES.get(cfg.dtype, 4), ran)
+    placed = None
+    if cfg.evaluate.caches == "step":  # each operation's footprint in this step decides its cache state
+        step, placed = placed_step(step, unfolding, extraction.nodes, facts, DTYPE_BYTES.get(cfg.dtype, 4))
+    run.set_tags({"dlbench.model_sha256": extraction.sha256})
+    log_workload(run, step.operations, f"{bench_name}-training-step", str(trained.model_path))
+    run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations), **ran_params(ran)})
+    notes = (*thread_notes, *fused_notes, *step.notes, *(placed.run_notes() if placed else []))
+    return TrainedStep(trained, threads, replace(cfg, threads=threads.benchmark), batches, measured_ms, profiled_ms,
+                       batch_size, extraction, facts, step, placed, profile, folded, notes)  # fmt: skip
+
+
+def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
+    cfg = with_evaluation_caches(cfg)
+    setup = prepare(cfg, ctx)
+    bench, device, registry = cfg.benchmark, setup.device, setup.registry
+    assert bench is not None
     name = job_run_name(cfg, bench.name, ["eval", cfg.backend], device)
-    params = evaluation_params(cfg, entry, device, table, unfold_table)
+    params = evaluation_params(cfg, setup.entry, device, setup.table, setup.unfold_table)
     with open_run(cfg, ctx, kind="evaluation", benchmark=bench.name, name=name, params=params) as run:
         reference_before = measure_reference(cfg, ctx, registry, device, "before")
-        log.info("training %s (profiling %d batches after %d)", entry.name, cfg.profile.batches, cfg.profile.warmup)
-        trained = run_training(cfg, entry, arguments, workdir, export=True)
-        run.log_params(script_params(trained.facts, params))
-        check_ran_in_dtype(cfg, entry, trained.facts)
-        threads = ThreadAgreement.of(cfg.threads, trained.facts)  # the benchmarks run with the script's threads
-        thread_notes, bench_cfg = threads.announce(run), replace(cfg, threads=threads.benchmark)
-        batches = pd.read_csv(trained.profile_dir / BATCHES_FILE)
-        measured_ms, profiled_ms, steady = measured_step_ms(batches, cfg.profile.warmup)
-        if steady < MIN_STEADY_STEPS:
-            raise TaskFailed(
-                f"training {entry.name} ran {len(batches)} steps: {steady} unprofiled after the warm-up "
-                f"(profile.warmup={cfg.profile.warmup}, profile.batches={cfg.profile.batches}), fewer than the "
-                f"{MIN_STEADY_STEPS} the measured step time needs; run more steps"
-            )
-        assert trained.model_path is not None
-        batch_size = int(trained.facts.get("observed", {}).get("batch_size", cfg.batch_size))
-        try:
-            extraction = extract_operations(trained.model_path, batch_size, training=True)
-        except ExtractionError as err:
-            raise TaskFailed(str(err)) from err
-        forward = with_dtype_costs(deduplicate(extraction.operations()), cfg.dtype)
-        time_column = "self_device_us" if device == "cuda" else "self_cpu_us"
-        profile, folded = read_step_profile(trained.profile_dir, time_column)  # optimizer, clipping: one row each
-        forward, fused_notes = fuse_exported_gelus(forward, trained.model_path, set(profile["name"]))
-        unfolding = unfold.unfold_operations(forward, unfold_table)
-        facts = graph_facts(trained.model_path, batch_size).with_inferred_outputs(extraction.nodes)
-        ran = step_run(trained.facts, profile, folded)  # the loss and optimizer the script ran
-        step = training_step(forward, unfolding, facts, table.training, DTYPE_BYTES.get(cfg.dtype, 4), ran)
-        placed = None
-        if cfg.evaluate.caches == "step":  # each operation's footprint in this step decides its cache state
-            step, placed = placed_step(step, unfolding, extraction.nodes, facts, DTYPE_BYTES.get(cfg.dtype, 4))
-        run.set_tags({"dlbench.model_sha256": extraction.sha256})
-        log_workload(run, step.operations, f"{bench.name}-training-step", str(trained.model_path))
-        run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations), **ran_params(ran)})
+        t = train_step(cfg, setup, run, params)
         machine = MachineRecord(run)
-        measurements, implementations, plan = measure_step(bench_cfg, ctx, step.operations, device, run, machine)
-
+        measurements, implementations, plan = measure_step(t.bench_cfg, ctx, t.step.operations, device, run, machine)
         weights = {
             op.id: measurements[op.id].stats.median_ms * op.count
-            for op in step.operations
+            for op in t.step.operations
             if op.id in measurements and measurements[op.id].ok
         }
-        matched = match_profile(profile, step.operations, step.passes, table, weights)
-        frame = prediction_frame(step, measurements, implementations, matched.assigned_us)
-        frame = with_rotation_columns(frame, step.operations, ctx.output_dir / "protocol", "_evaluate")
-        framework_ms = measure_framework(bench_cfg, ctx, registry, device, run, machine)
+        matched = match_profile(t.profile, t.step.operations, t.step.passes, setup.table, weights)
+        frame = prediction_frame(t.step, measurements, implementations, matched.assigned_us)
+        frame = with_rotation_columns(frame, t.step.operations, ctx.output_dir / "protocol", "_evaluate")
+        framework_ms = measure_framework(t.bench_cfg, ctx, registry, device, run, machine)
         frame["machine_busy"] = frame["id"].map(machine.busy)
         if device == "cuda":  # the framework's cost is the host's: its issuing time, not the events' span
             framework_ms = host_framework_ms(read_launch_ms(ctx.output_dir / "protocol", FRAMEWORK_OUT), framework_ms)
-        bracket: dict[str, float] = {}
+        measured_ms, bracket = t.measured_ms, {}
         if cfg.evaluate.bracket:
-            log.info("training %s again after the benchmarks (evaluate.bracket)", entry.name)
-            again = run_training(cfg, entry, arguments, workdir / "bracket")
+            log.info("training %s again after the benchmarks (evaluate.bracket)", setup.entry.name)
+            again = run_training(cfg, setup.entry, setup.arguments, setup.workdir / "bracket")
             run.log_artifact(again.profile_dir / BATCHES_FILE, "profile/bracket")
             after = pd.read_csv(again.profile_dir / BATCHES_FILE)
-            measured_ms, bracket = bracketed_step_ms(batches, after, cfg.profile.warmup)
+            measured_ms, bracket = bracketed_step_ms(t.batches, after, cfg.profile.warmup)
         drift = Drift(reference_before, measure_reference(cfg, ctx, registry, device, "after"))
-        layout = len(extraction.layout_nodes)
-        terms = prediction_terms(frame, framework_terms(facts.autograd_nodes, layout, framework_ms))
-        ran_with = effective_params(trained.facts)
-        single_terms, data_parallel, dp_notes = terms, {}, []
-        world_size = int(ran_with.get("world_size", cfg.world_size))
-        if "bucket_cap_mb" in ran_with:  # a DistributedDataParallel script: its gradient all-reduce too
-            ddp, terms, dp_notes = measure_data_parallel(bench_cfg, ctx, registry, run, ran_with, frame, terms,
-                                                         world_size)  # fmt: skip
-        coverage = model_coverage(extraction, plan.served_types)
-        timeline = single = None
-        if device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
-            launch, dispatch = read_launch_ms(ctx.output_dir / "protocol"), framework_ms.get("dispatch", 0.0)
-            timeline, single = (gpu_step(frame, t, launch, folded, dispatch) for t in (terms, single_terms))
-        if dp_notes:  # the single-process and data-parallel steps from the same step model
-            pairs = ((single, single_terms), (timeline, terms))
-            steps = [t.step_us / 1e3 if t else float(x["ms"].sum()) for t, x in pairs]
-            data_parallel = ddp_model.data_parallel_metrics(*steps, ddp, world_size)
-            if cfg.evaluate.single_process and world_size > 1:
-                data_parallel.update(single_process_scaling(cfg, registry, workdir / "single", measured_ms))
-        metrics = prediction_metrics(frame, matched, measured_ms, profiled_ms, terms,
-                                     timeline.step_us / 1e3 if timeline else None)  # fmt: skip
-        if timeline is not None:
-            metrics.update({"predicted_host_ms": timeline.host_end_us / 1e3,
-                            "predicted_device_busy_ms": timeline.device_busy_us / 1e3})  # fmt: skip
-            metrics.update(traced_lanes(trained.profile_dir))
-        metrics.update(data_parallel)
-        metrics.update(coverage.metrics())
-        metrics.update({"load_average_start": load_start, "load_average_end": os.getloadavg()[0]})
-        metrics.update(drift.metrics())
-        metrics.update(bracket)
-        metrics.update(interference_record(machine.reports)[0])
-        metrics.update(threads.metrics())
-        metrics.update({"step_working_set_bytes": placed.working_set_bytes} if placed else {})
-        notes = thread_notes + fused_notes + list(step.notes) + (placed.run_notes() if placed else [])
-        notes += [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
-        not_costed_notes, not_costed_metrics = not_costed_time(step.not_costed, profile, profiled_ms)
-        notes += not_costed_notes
+        terms = prediction_terms(frame, framework_terms(t.facts.autograd_nodes, len(t.extraction.layout_nodes),
+                                                        framework_ms))  # fmt: skip
+        terms, metrics, dp_notes = predict_step(cfg, ctx, setup, t, run, (frame, terms, matched), measured_ms,
+                                                framework_ms.get("dispatch", 0.0))  # fmt: skip
+        metrics.update(model_coverage(t.extraction, plan.served_types).metrics())
+        metrics.update({"load_average_start": setup.load_start, "load_average_end": os.getloadavg()[0]})
+        metrics.update({**drift.metrics(), **bracket, **interference_record(machine.reports)[0]})
+        metrics.update(t.threads.metrics())
+        metrics.update({"step_working_set_bytes": t.placed.working_set_bytes} if t.placed else {})
+        notes = list(t.notes) + [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
+        not_costed_notes, not_costed_metrics = not_costed_time(t.step.not_costed, t.profile, t.profiled_ms)
+        notes += not_costed_notes + dp_notes
         metrics.update(not_costed_metrics)
-        notes += dp_notes
-        drift_note = drift.note()
-        if drift_note:
-            notes.append(drift_note)
+        if drift.note():
+            notes.append(drift.note())
             run.set_tags({"dlbench.drifted": "true"})
-        evaluation = Evaluation(frame, terms, matched, metrics, profiled_ms, tuple(notes))
-        title = f"{bench.name} bs{batch_size} {cfg.backend} {device}"
-        log_evaluation(run, evaluation, cfg.backend, title)
-        run.log_artifact(trained.model_path, "model")
-        for path in sorted(trained.profile_dir.glob("*.csv")) + sorted(trained.profile_dir.glob("*.json")):
-            run.log_artifact(path, "profile")
-        if (workdir / "stderr.txt").exists():
-            run.log_artifact(workdir / "stderr.txt")
+        check = CauseCheck(cfg.dtype, t.threads.benchmark, setup.workdir / "causes", cfg.timeout, device)
+        found, causes, findings, found_metrics = outlier_findings(
+            frame, matched, metrics, cfg.evaluate.outliers, t.trained.profile_dir, check
+        )
+        metrics.update(found_metrics)
+        run.log_table(causes, "outlier_causes.csv")
+        evaluation = Evaluation(frame, terms, matched, metrics, t.profiled_ms, tuple(notes), found, tuple(findings))
+        log_evaluation(run, evaluation, cfg.backend, f"{bench.name} bs{t.batch_size} {cfg.backend} {device}")
+        log_training_files(run, t.trained, setup.workdir)
         print_evaluation(run.run_name, run.run_id, evaluation)
     return 0
+
+
+def predict_step(
+    cfg: DlbenchConfig, ctx: AppContext, setup: Setup, t: TrainedStep, run, tables: tuple, measured_ms: float,
+    dispatch_ms: float,
+) -> tuple[pd.DataFrame, dict[str, float], list[str]]:  # fmt: skip
+    """The prediction's terms (a data-parallel step's all-reduce too; a GPU step's timeline) and run-level
+    metrics, with the notes that explain them."""
+    frame, terms, matched = tables
+    ran_with = effective_params(t.trained.facts)
+    single_terms, data_parallel, dp_notes = terms, {}, []
+    world_size = int(ran_with.get("world_size", cfg.world_size))
+    if "bucket_cap_mb" in ran_with:  # a DistributedDataParallel script: its gradient all-reduce too
+        ddp, terms, dp_notes = measure_data_parallel(t.bench_cfg, ctx, setup.registry, run, ran_with, frame, terms,
+                                                     world_size)  # fmt: skip
+    timeline = single = None
+    if setup.device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
+        launch = read_launch_ms(ctx.output_dir / "protocol")
+        timeline, single = (gpu_step(frame, x, launch, t.folded, dispatch_ms) for x in (terms, single_terms))
+    if dp_notes:  # the single-process and data-parallel steps from the same step model
+        pairs = ((single, single_terms), (timeline, terms))
+        steps = [x.step_us / 1e3 if x else float(y["ms"].sum()) for x, y in pairs]
+        data_parallel = ddp_model.data_parallel_metrics(*steps, ddp, world_size)
+        if cfg.evaluate.single_process and world_size > 1:
+            data_parallel.update(single_process_scaling(cfg, setup.registry, setup.workdir / "single", measured_ms))
+    metrics = prediction_metrics(frame, matched, measured_ms, t.profiled_ms, terms,
+                                 timeline.step_us / 1e3 if timeline else None)  # fmt: skip
+    if timeline is not None:
+        metrics.update({"predicted_host_ms": timeline.host_end_us / 1e3,
+                        "predicted_device_busy_ms": timeline.device_busy_us / 1e3})  # fmt: skip
+        metrics.update(traced_lanes(t.trained.profile_dir))
+    metrics.update(data_parallel)
+    return terms, metrics, dp_notes
+
+
+def log_training_files(run, trained: TrainingRun, workdir: Path) -> None:
+    """The trained network, the profile's tables, traces and tensor records, the script's stderr, as artifacts."""
+    assert trained.model_path is not None
+    run.log_artifact(trained.model_path, "model")
+    for path in sorted(trained.profile_dir.glob("*.csv")) + sorted(trained.profile_dir.glob("*.json*")):
+        run.log_artifact(path, "profile")
+    if (workdir / "stderr.txt").exists():
+        run.log_artifact(workdir / "stderr.txt")
 
 
 def measure_data_parallel(cfg: DlbenchConfig, ctx: AppContext, registry: Registry, run, ran_with, frame, terms, ranks):

@@ -58,6 +58,7 @@ from dlbench.training.profile import (
     summary_columns,
     write_csv,
 )
+from dlbench.training.tensor_stats import ENV_STATS
 
 ENV_WARMUP = "DLBENCH_PROFILE_WARMUP"
 ENV_BATCHES = "DLBENCH_PROFILE_BATCHES"
@@ -145,12 +146,13 @@ def _cuda_synchronize() -> None:
 class BatchScope:
     """One wrapped batch; :meth:`log` attaches values (loss, samples) to it."""
 
-    __slots__ = ("_session", "batch_idx", "_profiler", "_start", "_values", "wall_s")
+    __slots__ = ("_session", "batch_idx", "_profiler", "_stats", "_start", "_values", "wall_s")
 
     def __init__(self, session: ProfileSession, batch_idx: int) -> None:
         self._session = session
         self.batch_idx = batch_idx
         self._profiler: Any = None
+        self._stats: Any = None
         self._values: dict[str, float] | None = None
         self.wall_s = math.nan
 
@@ -171,6 +173,8 @@ class BatchScope:
         session = self._session
         if session.wants(self.batch_idx):
             self._profiler = session._start_profiler()
+        elif session.wants_stats(self.batch_idx):
+            self._stats = session._start_stats()
         self._start = time.perf_counter()
         return self
 
@@ -180,6 +184,9 @@ class BatchScope:
         if profiler is not None or session.settings.sync_every_batch:
             _cuda_synchronize()
         self.wall_s = time.perf_counter() - self._start
+        if self._stats is not None:
+            self._stats.wall_s = self.wall_s
+            self._stats.__exit__(exc_type, exc, tb)
         if profiler is not None:
             profiler.__exit__(None, None, None)
             if exc_type is None:
@@ -196,6 +203,8 @@ class ProfileSession:
         self._first = self.settings.warmup
         self._end = self.settings.warmup + self.settings.batches
         self._profiled_ids: set[int] = set()
+        # the last warm-up batch records its tensors for an evaluation's outlier causes (DLBENCH_TENSOR_STATS=1)
+        self._stats_batch = self._first - 1 if os.environ.get(ENV_STATS) == "1" and self._first > 0 else None
         self.profiled: list[ProfiledBatch] = []
         self.profilers_created = 0
         self.summary_path: Path | None = None
@@ -219,6 +228,18 @@ class ProfileSession:
     def wants(self, batch_idx: int) -> bool:
         """True for a batch that should be profiled: inside the window and not profiled yet."""
         return self._first <= batch_idx < self._end and batch_idx not in self._profiled_ids
+
+    def wants_stats(self, batch_idx: int) -> bool:
+        """True once, for the last warm-up batch, when the tensors' statistics are asked for."""
+        if self._stats_batch is None or batch_idx != self._stats_batch:
+            return False
+        self._stats_batch = None
+        return True
+
+    def _start_stats(self) -> Any:
+        from dlbench.training.tensor_stats import TensorStats
+
+        return TensorStats(self.settings.out_dir).__enter__()
 
     def _start_profiler(self) -> Any:
         from torch.profiler import ProfilerActivity, profile

@@ -22,6 +22,7 @@ from dlbench.training.export import ENV_EXPORT, error_path
 from dlbench.training.facts import read_facts
 from dlbench.training.instrument import ENV_BATCHES, ENV_DIR, ENV_WARMUP
 from dlbench.training.profile import BATCHES_FILE
+from dlbench.training.tensor_stats import ENV_STATS
 
 
 def training_entry(cfg: DlbenchConfig, registry: Registry) -> tuple[TrainingBenchmark, list[str]]:
@@ -66,14 +67,22 @@ class TrainingRun:
 
 
 def run_training(
-    cfg: DlbenchConfig, entry: TrainingBenchmark, arguments: list[str], workdir: Path, export: bool = False
+    cfg: DlbenchConfig,
+    entry: TrainingBenchmark,
+    arguments: list[str],
+    workdir: Path,
+    export: bool = False,
+    tensor_stats: bool = False,
 ) -> TrainingRun:
     """The instrumented training with its profile window. ``export``: the context manager also exports the
-    network it is handed to ONNX (``DLBENCH_EXPORT_ONNX``), so the model is exactly the one trained."""
+    network it is handed to ONNX (``DLBENCH_EXPORT_ONNX``), so the model is exactly the one trained.
+    ``tensor_stats``: it records the inputs of every operator in the last warm-up batch
+    (:mod:`dlbench.training.tensor_stats`)."""
     profile_dir = fresh_folder(workdir, "profile")  # a second training in ``workdir`` gets profile-2
     model_path = profile_dir / f"{entry.name}.onnx"
     # the instrumentation must not publish: this task logs one run itself
-    env = script_environment(cfg, profile_dir, {"MLFLOW_RUN_ID": "", ENV_EXPORT: str(model_path) if export else ""})
+    extra = {"MLFLOW_RUN_ID": "", ENV_EXPORT: str(model_path) if export else "", ENV_STATS: "1" if tensor_stats else ""}
+    env = script_environment(cfg, profile_dir, extra)
     result = run_command(
         [*entry.command, *arguments], timeout=cfg.timeout, env=env, cwd=workdir, stderr_path=workdir / "stderr.txt"
     )

@@ -166,7 +166,7 @@ def test_the_registered_sgd_benchmark_times_the_update_per_shape_and_refuses_an_
     from dlbench.core.values import Operation
     from dlbench.operators.registry import load_registry
     from dlbench.operators.runner import RunSettings, measure_operations
-    from dlbench.tasks.evaluate import optimizer_benchmark
+    from dlbench.operators.step_benchmarks import optimizer_benchmark
 
     options = (("tensors", 2), ("numel", 4096), ("momentum", 0.9), ("dampening", 0), ("nesterov", 0),
                ("weight_decay", 0), ("maximize", 0), ("foreach", 0), ("fused", 0))  # fmt: skip

@@ -1,0 +1,75 @@
+"""Causes of outliers: which recorded properties are flagged, when a re-timing reproduces a slowdown, and what
+the reproduced causes add to the step."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from dlbench.analysis.causes import flags_of, interpret, reproduces, retime_items, with_causes_ms
+from dlbench.analysis.match import MatchResult
+from dlbench.core.outliers import OutliersConfig
+
+QUIET = {"torch_threads": 1, "cores": 2, "children_runnable_threads": 0.0}
+
+
+def tensor(shape, strides=None, dtype="float32", **stats):
+    strides = strides or [shape[1], 1]
+    contiguous = strides == [shape[1], 1]
+    return {"tensor": {"dtype": dtype, "shape": shape, "strides": strides, "contiguous": contiguous,
+                       "numel": shape[0] * shape[1], **stats}}  # fmt: skip
+
+
+def call(name, *args):
+    return {"name": name, "overload": "default", "shapes": [a["tensor"]["shape"] for a in args],
+            "args": list(args), "kwargs": {}, "calls": 1}  # fmt: skip
+
+
+def test_a_plain_call_has_no_flags_and_each_property_is_flagged_with_what_was_seen():
+    assert flags_of(call("aten::mul", tensor([8, 4]), tensor([8, 4])), QUIET, "float32") == {}
+    flags = flags_of(
+        call("aten::mul", tensor([8, 4], subnormal=0.31, nonfinite=0.02), tensor([8, 4], [1, 8], dtype="float64")),
+        {"torch_threads": 1, "cores": 2, "children_runnable_threads": 2.0}, "float32",
+    )  # fmt: skip
+    assert set(flags) == {"subnormal", "nonfinite", "strides", "dtype", "threads"}
+    assert "31%" in flags["subnormal"] and "strides [1, 8]" in flags["strides"] and "float64" in flags["dtype"]
+
+
+def test_a_transposed_matrix_handed_to_blas_is_not_flagged_but_one_handed_to_an_elementwise_op_is():
+    transposed = tensor([8, 4], [1, 8])
+    assert "strides" not in flags_of(call("aten::mm", tensor([2, 8]), transposed), QUIET, "float32")
+    assert "strides" in flags_of(call("aten::add", tensor([8, 4]), transposed), QUIET, "float32")
+
+
+@pytest.mark.parametrize(
+    ("retimed", "observed", "expected"),
+    [(10.0, 57.0, True), (1.9, 2.4, True), (1.5, 2.4, False), (1.2, 1.5, False), (math.nan, 3.0, False)],
+)
+def test_a_retiming_reproduces_at_three_quarters_of_the_ratio_or_outside_the_band(retimed, observed, expected):
+    # 57x observed: 10x re-timed is outside the band on its own; 2.4x observed: 1.9x is over 3/4 of it (1.8)
+    assert reproduces(retimed, observed, OutliersConfig()) is expected
+
+
+def test_only_flagged_calls_of_slower_outliers_are_retimed_and_reproduced_ones_add_their_time():
+    outliers = pd.DataFrame([
+        {"id": 1, "name": "/Mul", "op_type": "Mul", "pass": "forward", "direction": "slower", "ratio": 8.0,
+         "predicted_ms": 1.0},
+        {"id": 2, "name": "/Gemm", "op_type": "Gemm", "pass": "forward", "direction": "slower", "ratio": 3.0,
+         "predicted_ms": 5.0},
+    ])  # fmt: skip
+    rows = pd.DataFrame([{"name": "aten::mul", "input_shapes": "[[8, 4], [8, 4]]", "time_us": 8000.0},
+                         {"name": "aten::mm", "input_shapes": "[[2, 8], [8, 4]]", "time_us": 15000.0}])  # fmt: skip
+    match = MatchResult(rows, {1: 8000.0, 2: 15000.0}, ((0, 1, 8000.0), (1, 2, 15000.0)))
+    strided = call("aten::mul", tensor([8, 4]), tensor([8, 4], [1, 8]))
+    strided["calls"] = 2
+    calls = [strided, call("aten::mm", tensor([2, 8]), tensor([8, 4], [1, 8]))]
+    items = retime_items(outliers, match, calls, QUIET, "float32")
+    assert [(i["id"], i["flags"], i["variants"]) for i in items] == [(1, ["strides"], ["plain", "strides"])]
+    results = [{"key": items[0]["key"], "ms": {"plain": 0.25, "strides": 1.5}}]
+    causes = interpret(items, results, outliers, OutliersConfig())
+    assert causes["reproduced"].tolist() == [True] and causes["retimed_ratio"].tolist() == pytest.approx([6.0])
+    assert with_causes_ms(causes, results, items) == pytest.approx((1.5 - 0.25) * 2), "two calls per step"
+    results = [{"key": items[0]["key"], "ms": {"plain": 0.25, "strides": 0.26}}]
+    assert with_causes_ms(interpret(items, results, outliers, OutliersConfig()), results, items) is None
