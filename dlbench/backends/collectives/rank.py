@@ -119,14 +119,17 @@ def _environment(place: RankPlace) -> tuple[torch.dtype, str]:
     return dtype, device_name
 
 
-def _process_group(device_name: str, place: RankPlace) -> tuple[torch.device, object, Callable[[], None]]:
-    """The process group joined: this rank's device, the group that agrees on the host, and the sync of a call."""
+def join_process_group(
+    device_name: str, rank: int, world: int, local_rank: int
+) -> tuple[torch.device, object, Callable[[], None]]:
+    """This rank in its process group: its device, the group that runs barriers and agreements (gloo, on the
+    host), and the device's synchronize. On CUDA: NCCL on the local rank's own GPU."""
     if device_name == "cuda":
-        device = torch.device("cuda", place.local_rank)
+        device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        dist.init_process_group("nccl", rank=place.rank, world_size=place.world_size, **bound_device(device))
-        return device, dist.new_group(backend="gloo"), torch.cuda.synchronize  # barriers beside NCCL's streams
-    dist.init_process_group("gloo", rank=place.rank, world_size=place.world_size, timeout=timedelta(minutes=10))
+        dist.init_process_group("nccl", rank=rank, world_size=world, **bound_device(device))
+        return device, dist.new_group(backend="gloo"), torch.cuda.synchronize  # agreement beside NCCL's streams
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(minutes=10))
     return torch.device("cpu"), dist.group.WORLD, lambda: None
 
 
@@ -150,7 +153,7 @@ def main(argv: list[str]) -> int:
         return 2
     settings = TimingSettings.from_env()
     rows = read_input(input_path)
-    device, control, sync = _process_group(device_name, place)
+    device, control, sync = join_process_group(device_name, rank, world, place.local_rank)
     failed = 0
     out = output_path_for(input_path).open("w", encoding="utf-8") if rank == 0 else None
     samples_out = samples_path_for(input_path).open("w", encoding="utf-8") if rank == 0 else None
