@@ -126,6 +126,19 @@ def retime_items(
     return items
 
 
+def unrecorded(outliers: pd.DataFrame, match: Any, calls: Sequence[Mapping[str, Any]]) -> dict[int, list[str]]:
+    """Per slower outlier none of whose costliest profiled calls is in the record (a folded range such as the
+    optimizer's step, a call whose shapes read differently): those calls' names. Its inputs are not checked."""
+    recorded = {call_key(c["name"], c["shapes"]) for c in calls}
+    operators = profiled_operators(match)
+    out = {}
+    for op_id in outliers[outliers["direction"] == "slower"]["id"]:
+        top = operators.get(int(op_id), [])[:CALLS_PER_OUTLIER]
+        if not any(call_key(name, shapes) in recorded for name, shapes, _ in top):
+            out[int(op_id)] = [name for name, _, _ in top]
+    return out
+
+
 def reproduces(retimed_ratio: float, outlier_ratio: float, band: OutliersConfig) -> bool:
     """A re-timing reproduces an outlier's slowdown when the property alone makes the call slower by at least
     three quarters of the outlier's ratio, or by more than the band's ``high`` (then it puts the call outside
@@ -162,14 +175,19 @@ def interpret(
     return pd.DataFrame(rows, columns=CAUSE_COLUMNS)
 
 
-def cause_lines(causes: pd.DataFrame, outliers: pd.DataFrame) -> dict[int, list[str]]:
+def cause_lines(
+    causes: pd.DataFrame, outliers: pd.DataFrame, not_recorded: Mapping[int, Sequence[str]] | None = None
+) -> dict[int, list[str]]:
     """Per slower outlier: each reproduced cause with its re-timing and fix, each flagged property that did not
-    reproduce as checked, or that its inputs were as benchmarked."""
+    reproduce as checked, that its inputs were as benchmarked, or (``not_recorded``) that they were not seen."""
     lines: dict[int, list[str]] = {}
     for row in outliers[outliers["direction"] == "slower"].itertuples(index=False):
         mine = causes[causes["id"] == row.id] if len(causes) else causes
         found = lines.setdefault(int(row.id), [])
-        if mine.empty:
+        if int(row.id) in (not_recorded or {}):
+            calls = ", ".join(not_recorded[int(row.id)]) or "none profiled"  # type: ignore[index]
+            found.append(f"causes not checked: its calls ({calls}) are not among the recorded aten calls")
+        elif mine.empty:
             found.append("no known cause: its inputs were as benchmarked (dtype, layout, values, free cores)")
         shown = mine.sort_values("reproduced", ascending=False, kind="stable").drop_duplicates("cause")
         for c in shown.itertuples(index=False):  # each cause once: on its costliest call
@@ -239,7 +257,7 @@ def explain_outliers(
     metrics["outlier_causes_reproduced"] = float(causes["reproduced"].sum()) if len(causes) else 0.0
     if with_causes is not None:
         metrics["causes_extra_ms"] = with_causes
-    return causes, cause_lines(causes, outliers), metrics
+    return causes, cause_lines(causes, outliers, unrecorded(outliers, match, calls)), metrics
 
 
 def outlier_findings(
