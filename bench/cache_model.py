@@ -61,6 +61,7 @@ def remeasure(protocol: Path, operations, threads: int, workdir: Path):
     import pandas as pd
 
     from dlbench.operators.protocol import parse_output, read_input
+    from dlbench.operators.runner import RunSettings
 
     op_types = dict(zip(operations["id"], operations["op_type"], strict=True))
     rows = []
@@ -74,11 +75,13 @@ def remeasure(protocol: Path, operations, threads: int, workdir: Path):
             target = workdir / state / source.name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(source, target)
-            footprints = source.with_name(f"{source.stem}_footprints.csv")
-            if footprints.exists():
-                shutil.copy(footprints, target.with_name(footprints.name))
-            env = {**os.environ, "DLBENCH_CACHES": state, "DLBENCH_THREADS": str(threads),
-                   "OMP_NUM_THREADS": str(max(threads, 1)), "PYTHONPATH": str(ROOT)}  # fmt: skip
+            # the footprints the evaluation handed this benchmark (one file per interleaved round, the same rows)
+            footprints = sorted(source.parent.glob(f"{source.stem}*_footprints.csv"))
+            if footprints:
+                shutil.copy(footprints[0], target.with_name(f"{target.stem}_footprints.csv"))
+            # the runner's environment: the measurement settings and the allocator keeping freed memory
+            settings = RunSettings(threads=threads, caches=state)
+            env = {**os.environ, **settings.environment(), "PYTHONPATH": str(ROOT)}
             command = [sys.executable, "-m", "dlbench.backends.torch", op_type, str(target)]
             done = subprocess.run(command, env=env, capture_output=True, text=True, check=False, timeout=1800)  # noqa: S603
             if done.returncode not in (0, 1):
@@ -116,6 +119,7 @@ def main() -> int:
     parser.add_argument("--experiment", default="cache_model")
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--top", type=int, default=15, help="operations shown, by training time")
+    parser.add_argument("--run-name", default="", help="time again the benchmarks of this evaluation in the store")
     parser.add_argument("overrides", nargs="*", help="more Hydra overrides for the evaluation")
     args = parser.parse_args()
     import pandas as pd
@@ -127,8 +131,11 @@ def main() -> int:
     uri = store_uri(args.store)
     overrides = [f"+benchmark={args.model}", f"batch_size={args.batch_size}", f"threads={args.threads}",
                  f"steps={args.steps}", "evaluate.caches=step", *args.overrides]  # fmt: skip
-    run_name, seconds = run_evaluation(f"{args.model}-bs{args.batch_size}-step", overrides, uri, args.experiment,
-                                       args.timeout)  # fmt: skip
+    if args.run_name:  # an evaluation already in the store: its benchmarks timed again only
+        run_name, seconds = args.run_name, 0.0
+    else:
+        run_name, seconds = run_evaluation(f"{args.model}-bs{args.batch_size}-step", overrides, uri,
+                                           args.experiment, args.timeout)  # fmt: skip
     runs = runs_table(uri, args.experiment, [{"run_name": run_name}],
                       ["step_time_predicted_ms", "step_time_measured_ms", "prediction_error_pct",
                        "step_working_set_bytes", "load_average_start", "load_average_end"])  # fmt: skip

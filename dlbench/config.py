@@ -11,8 +11,10 @@ from typing import Any
 
 from omegaconf import MISSING
 
+from dlbench.core.change_rules import CONFIDENCE, NOISE_THRESHOLD, RESAMPLES, compare_problem
 from dlbench.core.dtypes import DTYPES
 from dlbench.core.outliers import OutliersConfig
+from dlbench.core.resolvers import register_resolvers
 from dlbench.core.settings import CACHE_STATES, FP32_MATHS, default
 
 TASKS = ("run", "list", "extract", "benchmark_model", "evaluate", "compare", "gc")
@@ -252,10 +254,20 @@ class CompareConfig:
     #: only runs of these kinds (tag dlbench.kind); empty: operator sweeps, evaluations and rooflines
     kinds: list[str] = field(default_factory=list)
     max_runs: int = 1000
+    baseline: str = ""  # side A: a run id or name, a system (or part of it), or key:value; empty: no changes
+    candidate: str = ""  # side B, as baseline; empty: every other run found
+    threshold: float = NOISE_THRESHOLD  # a change within +-threshold is `same` (core/change_rules.py)
+    confidence: float = CONFIDENCE
+    resamples: int = RESAMPLES  # bootstrap resamples per interval; the same seed gives the same intervals
+    seed: int = 0
+    fail_on: str = ""  # exit 1 when an operation or total is slower, faster or changed (either); empty: never
 
     def __post_init__(self) -> None:
         if self.max_runs < 1:
             raise ValueError(f"compare.max_runs must be >= 1, got {self.max_runs}")
+        problem = compare_problem(self.threshold, self.confidence, self.resamples, self.fail_on, self.baseline)
+        if problem:
+            raise ValueError(problem)
 
 
 def _open_dict() -> Any:
@@ -372,22 +384,6 @@ class DlbenchConfig:
                 raise ValueError(f"dims.{name}={size!r}: a dimension is a whole number >= 1, e.g. dims.{name}=128")
         if self.task == "run" and self.benchmark is None:
             raise ValueError("nothing to run: choose a benchmark, e.g. `python -m dlbench +benchmark=conv`")
-
-
-def register_resolvers() -> None:
-    """``${mul:a,b}`` for shapes derived from the batch size (e.g. tokens = batch x sequence); ``${unique:}``
-    for run folders of their own (:func:`dlbench.core.folders.process_suffix`, cached: one value a process,
-    copied to a multirun's jobs with Hydra's resolver cache)."""
-    import math
-
-    from omegaconf import OmegaConf
-
-    from dlbench.core.folders import process_suffix
-
-    if not OmegaConf.has_resolver("mul"):
-        OmegaConf.register_new_resolver("mul", lambda *factors: math.prod(int(f) for f in factors))
-    if not OmegaConf.has_resolver("unique"):
-        OmegaConf.register_new_resolver("unique", process_suffix, use_cache=True)
 
 
 def register_configs() -> None:

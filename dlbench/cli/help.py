@@ -43,7 +43,8 @@ def render_help(config_dirs: Sequence[Path]) -> str:
     """The help page with the defaults of the schema and ``config.yaml``, as Hydra would render it."""
     from omegaconf import OmegaConf
 
-    from dlbench.config import DlbenchConfig, register_resolvers
+    from dlbench.config import DlbenchConfig
+    from dlbench.core.resolvers import register_resolvers
 
     register_resolvers()
     app = OmegaConf.load(_first(config_dirs, Path("config.yaml")))

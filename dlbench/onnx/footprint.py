@@ -4,8 +4,9 @@ reading and writing named tensors of known sizes. Replaying two steps through a 
 for every tensor an operation reads, its reuse distance: the bytes of the distinct other tensors the step touched
 since that tensor was last touched (short for the next layer's input, long for an activation saved in the
 forward pass and read in the backward pass, about one step for a parameter). An operation's footprint is the
-byte-weighted mean reuse distance of what it reads. No fact of the machine enters: the benchmark caps it by
-the caches it reads (:mod:`dlbench.backends.torch.rotation`)."""
+byte-weighted mean reuse distance of what it reads and writes (an output lands in the memory it had one step
+before). No fact of the machine enters: the benchmark caps it by the caches it reads
+(:mod:`dlbench.backends.torch.rotation`)."""
 
 from __future__ import annotations
 
@@ -20,10 +21,11 @@ from dlbench.core.values import Operation
 OPTIMIZER_STATES = {"SGD": 1, "Adam": 2, "AdamW": 2, "RMSprop": 1}
 
 RULE = (
-    "per operation, the byte-weighted mean reuse distance of the tensors it reads (bytes of the other distinct "
-    "tensors the step touched since each was last touched: forward in graph order, the loss, backward in reverse, "
-    "the optimizer over every parameter, replayed for two steps); the benchmark rotates over copies of its tensors "
-    "filling that distance plus its own tensors, capped at twice the last-level cache it reads from sysfs"
+    "per operation, the byte-weighted mean reuse distance of the tensors it reads and writes (bytes of the other "
+    "distinct tensors the step touched since each was last touched, an output where it was one step before; "
+    "forward in graph order, the loss, backward in reverse, the optimizer over every parameter, replayed for two "
+    "steps); the benchmark rotates over copies of its tensors filling that distance plus its own tensors, capped "
+    "at twice the last-level cache it reads from sysfs"
 )
 
 
@@ -45,6 +47,8 @@ class StepFootprint:
     events: Mapping[tuple[str, str], int]
     operations: Mapping[int, int] = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    #: per event, the reuse distance of each tensor it touches
+    distances: Mapping[tuple[str, str], Mapping[str, int]] = field(default_factory=dict)
 
     def summary(self) -> str:
         sizes = sorted(self.operations.values())
@@ -136,38 +140,71 @@ def step_events(
 def reuse_distances(
     events: Sequence[Event], sizes: Mapping[str, int], steps: int = 2
 ) -> dict[tuple[str, str], dict[str, int]]:
-    """Per event of the last of ``steps`` replayed steps, each tensor it reads and its reuse distance in bytes
-    (a tensor no earlier event touched: the whole working set, as a batch fresh from the data loader)."""
+    """Per event of the last of ``steps`` replayed steps, each tensor it reads or writes and its reuse distance
+    in bytes (a tensor no earlier event touched: the whole working set, as a batch fresh from the data loader).
+    A tensor written is taken to land in the memory it had one step before (a steady step allocates the same
+    blocks in the same order), so its distance counts from its last touch then, as a read's does."""
     working_set = sum(sizes.get(t, 0) for t in {t for e in events for t in e.reads + e.writes})
-    recency: dict[str, None] = {}
+    touches = _Touches(steps * sum(len(e.reads) + len(e.writes) for e in events))
     distances: dict[tuple[str, str], dict[str, int]] = {}
     for step in range(steps):
         for event in events:
             seen: dict[str, int] = {}
-            for tensor in event.reads:
-                if tensor in seen:
-                    continue
-                if tensor in recency:
-                    between = 0
-                    for other in reversed(recency):
-                        if other == tensor:
-                            break
-                        between += sizes.get(other, 0)
-                    seen[tensor] = between
-                else:
-                    seen[tensor] = working_set
             for tensor in event.reads + event.writes:
-                recency.pop(tensor, None)
-                recency[tensor] = None
+                if tensor not in seen:
+                    seen[tensor] = touches.since(tensor, working_set)
+            for tensor in event.reads + event.writes:
+                touches.touch(tensor, sizes.get(tensor, 0))
             if step == steps - 1:
                 distances[event.key] = seen
     return distances
 
 
+class _Touches:
+    """A least-recently-used stack of tensors as a Fenwick tree over touch times: each tensor's bytes sit at
+    the time of its last touch, so the bytes touched since a tensor's last touch are a suffix sum (log time,
+    where scanning the stack would take the stack's length for every read of a large graph)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.tree = [0] * (capacity + 1)
+        self.last: dict[str, tuple[int, int]] = {}  # tensor -> (time of its last touch, its bytes)
+        self.now = 0
+        self.total = 0
+
+    def _add(self, index: int, value: int) -> None:
+        while index < len(self.tree):
+            self.tree[index] += value
+            index += index & -index
+
+    def _prefix(self, index: int) -> int:
+        out = 0
+        while index > 0:
+            out += self.tree[index]
+            index -= index & -index
+        return out
+
+    def since(self, tensor: str, unseen: int) -> int:
+        """Bytes of the other tensors touched since ``tensor`` was last touched (``unseen`` if never)."""
+        if tensor not in self.last:
+            return unseen
+        at, _ = self.last[tensor]
+        return self.total - self._prefix(at)
+
+    def touch(self, tensor: str, size: int) -> None:
+        if tensor in self.last:
+            at, old = self.last[tensor]
+            self._add(at, -old)
+            self.total -= old
+        self.now += 1
+        self._add(self.now, size)
+        self.total += size
+        self.last[tensor] = (self.now, size)
+
+
 def event_footprints(
     distances: Mapping[tuple[str, str], Mapping[str, int]], sizes: Mapping[str, int]
 ) -> dict[tuple[str, str], int]:
-    """Each event's byte-weighted mean reuse distance over what it reads."""
+    """Each event's byte-weighted mean reuse distance over what it reads and writes."""
     out = {}
     for key, seen in distances.items():
         weight = sum(sizes.get(t, 0) for t in seen)
@@ -242,9 +279,10 @@ def step_footprint(
     )  # fmt: skip
     touched = {t for e in events for t in e.reads + e.writes}
     working_set = sum(sizes.get(t, 0) for t in touched)
-    per_event = event_footprints(reuse_distances(events, sizes), sizes)
+    distances = reuse_distances(events, sizes)
+    per_event = event_footprints(distances, sizes)
     per_op, notes = operation_footprints(operations, passes, input_of, per_event, sizes, working_set)
-    return StepFootprint(working_set, per_event, per_op, tuple(notes))
+    return StepFootprint(working_set, per_event, per_op, tuple(notes), distances)
 
 
 def placed_step(step: Any, unfolding: Any, nodes: Sequence[Any], facts: Any, dtype_bytes: int = 4):

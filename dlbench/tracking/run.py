@@ -9,7 +9,7 @@ import logging
 import os
 import tempfile
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -59,8 +59,10 @@ class TrackedRun:
         config_yaml: str = "",
         system_metrics_s: float = 0.0,
         heartbeat_s: float = DEFAULT_INTERVAL_S,
+        on_open: Callable[[TrackedRun], None] | None = None,
     ) -> None:
         self.target = target
+        self._on_open = on_open  # what a new run logs first (the machine's state), after its config
         self.run_name = run_name
         self._params = dict(params or {})
         self._tags = dict(tags or {})
@@ -112,6 +114,8 @@ class TrackedRun:
             self.set_tags({"dlbench.run_id": self.run_id})
             if self._config_yaml:
                 self.log_text(self._config_yaml, "config.yaml")
+            if self._on_open is not None:
+                self._on_open(self)
             if self._system_metrics_s > 0:
                 self._monitor = start_system_metrics(self.target, self.run_id, self._system_metrics_s)
         if self._params:
@@ -184,6 +188,12 @@ class TrackedRun:
 
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         with_retry(lambda: self.client.log_artifact(self.run_id, str(path), artifact_path), "log artifact")
+
+    def log_files(self, paths: Iterable[Path | None], artifact_path: str | None = None) -> None:
+        """Each of ``paths`` that exists (a sweep's protocol files: :meth:`SweepFiles.existing`, a profile)."""
+        for path in paths:
+            if path is not None and path.exists():
+                self.log_artifact(path, artifact_path)
 
     def log_text(self, text: str, artifact_file: str) -> None:
         clean = scrub(text)

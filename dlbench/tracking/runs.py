@@ -94,9 +94,17 @@ def open_run(
         config_yaml=ctx.config_yaml,
         system_metrics_s=cfg.mlflow.system_metrics_interval_s if monitored else 0.0,
         heartbeat_s=cfg.gc.heartbeat_s,
+        on_open=_log_machine,
     )
     _OPENED.append(run)
     return run
+
+
+def _log_machine(run: TrackedRun) -> None:
+    """Every run's ``dlbench.machine.*`` tags and ``machine.json`` (:mod:`dlbench.tracking.system`)."""
+    from dlbench.tracking.system import log_machine_state
+
+    log_machine_state(run)
 
 
 def opened_runs() -> list[TrackedRun]:

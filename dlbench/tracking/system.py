@@ -11,8 +11,10 @@ import shutil
 import socket
 import subprocess
 import sys
+from collections.abc import Mapping
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 from dlbench import PROJECT_ROOT, __version__
 from dlbench.core.slurm import slurm_job
@@ -160,3 +162,36 @@ def _nvidia_smi() -> dict[str, str]:
         "gpu.memory_gib": f"{float(memory_mib) / 1024:.1f}" if memory_mib.replace(".", "").isdigit() else "",
         "gpu.driver": driver,
     }
+
+
+#: the prefix of the machine's state among a run's tags
+MACHINE_TAG = "dlbench.machine."
+
+
+@functools.cache
+def machine_record() -> dict[str, str]:
+    """The machine's state (:func:`dlbench.core.machine_state.machine_state`) with the library builds only an
+    imported torch knows (oneDNN, CUDA, cuDNN: :func:`torch_build_tags`), read once per process."""
+    from dlbench.core.machine_state import machine_state
+
+    build = torch_build_tags()
+    libraries = {f"lib.{k.removesuffix('.version')}": v for k, v in build.items() if k.endswith(".version")}
+    return {**machine_state(), **libraries}
+
+
+def log_machine_state(run: Any) -> None:
+    """Every run's record of the machine: ``dlbench.machine.*`` tags (set in batches under MLflow's
+    per-call limit) and ``machine.json``."""
+    record = machine_record()
+    run.set_tags({f"{MACHINE_TAG}{k}": v for k, v in record.items()})
+    run.log_text(json.dumps(record, indent=1, sort_keys=True) + "\n", "machine.json")
+
+
+def machine_of_run(tags: Mapping[str, object]) -> dict[str, str]:
+    """The machine's state from a run's tags (``tags.dlbench.machine.*`` columns of a search, or a run's tags)."""
+    out = {}
+    for key, value in tags.items():
+        name = key.removeprefix("tags.")
+        if name.startswith(MACHINE_TAG) and isinstance(value, str) and value:
+            out[name[len(MACHINE_TAG) :]] = value
+    return out

@@ -13,6 +13,7 @@ from dlbench import PROJECT_ROOT
 from dlbench.config import DlbenchConfig
 from dlbench.core.allocator import allocator_environment
 from dlbench.core.cores import thread_environment
+from dlbench.core.device import check_ranks_fit, resolve_device
 from dlbench.core.errors import ConfigurationError, TaskFailed
 from dlbench.core.folders import fresh_folder
 from dlbench.core.process import ProcessResult, meaningful_tail, run_command
@@ -25,7 +26,8 @@ from dlbench.training.tensor_stats import ENV_STATS
 
 
 def training_entry(cfg: DlbenchConfig, registry: Registry) -> tuple[TrainingBenchmark, list[str]]:
-    """The registered script of ``cfg.benchmark`` and its arguments, after checking the profile window."""
+    """The registered script of ``cfg.benchmark`` and its arguments, after checking the profile window and that
+    its ranks fit the GPUs."""
     bench = cfg.benchmark
     assert bench is not None and bench.kind == "training"
     try:
@@ -33,6 +35,8 @@ def training_entry(cfg: DlbenchConfig, registry: Registry) -> tuple[TrainingBenc
     except KeyError as err:
         raise ConfigurationError(f"benchmark {bench.name!r}: {err.args[0]} (conf/training/*.yaml)") from None
     check_profile_window(cfg)
+    if cfg.world_size > 1:  # NCCL: one GPU per rank, refused before torchrun starts any
+        check_ranks_fit([cfg.world_size], resolve_device(cfg.device))
     return entry, resolve_parameters(entry, cfg)
 
 

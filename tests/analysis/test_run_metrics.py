@@ -16,7 +16,8 @@ from dlbench.analysis.results import (
     summary_metrics,
     workload_digest,
 )
-from dlbench.config import BenchmarkConfig, register_resolvers
+from dlbench.config import BenchmarkConfig
+from dlbench.core.resolvers import register_resolvers
 from dlbench.core.values import Measurement, Operation, SweepResult, TimeStats
 from dlbench.operators.workload import operations_from_benchmark
 

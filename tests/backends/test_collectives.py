@@ -144,7 +144,8 @@ def direct_allreduce_ms(script: Path, message: int, calls: int) -> float:
 def test_reported_allreduce_time_agrees_with_torch_distributed_timed_directly(tmp_path: Path) -> None:
     """16 MiB: a call of several milliseconds, far above timer and barrier noise. Both are measured five times,
     alternately, so a busy spell of the shared machine falls on both. Another program's load only adds time,
-    so the least disturbed attempt of each (the smallest median) is compared: within 20%."""
+    so the least disturbed attempt of each (the smallest median) is compared: within a factor of 1.5 either way (a
+    busy spell can fall on one side's best attempt; a wrong byte count or a missing barrier is a factor of 2+)."""
     message, calls = 16 << 20, 15
     script = tmp_path / "direct.py"
     script.write_text(DIRECT_TIMING)
@@ -156,7 +157,7 @@ def test_reported_allreduce_time_agrees_with_torch_distributed_timed_directly(tm
         assert done.returncode == 0, done.stderr
         ours.append(parse_output(output_path_for(tmp_path / "AllReduce.csv")).rows[0].median_ms)
         direct.append(direct_allreduce_ms(script, message, calls))
-    assert min(ours) == pytest.approx(min(direct), rel=0.2), (ours, direct)
+    assert 1 / 1.5 < min(ours) / min(direct) < 1.5, (ours, direct)
 
 
 def test_more_nccl_ranks_than_gpus_is_a_configuration_error_before_any_rank_starts(tmp_path: Path) -> None:
@@ -172,3 +173,26 @@ def test_more_nccl_ranks_than_gpus_is_a_configuration_error_before_any_rank_star
     done = run_executable("AllReduce", [(0, [1024, 2])], tmp_path, DLBENCH_DEVICE="cuda")
     assert done.returncode == 2
     assert "world_size=2 on device=cuda needs 2 GPUs" in done.stderr and "rank exited" not in done.stderr
+
+
+def test_the_nccl_rank_passes_device_id_only_to_a_torch_that_takes_it(monkeypatch) -> None:
+    import torch
+    import torch.distributed as dist
+
+    from dlbench.backends.collectives.rank import bound_device
+
+    device = torch.device("cpu")
+    assert bound_device(device) == {"device_id": device}  # torch >= 2.3: the communicator bound at once
+
+    def init_process_group(backend=None, init_method=None, timeout=None, world_size=-1, rank=-1):  # torch 2.1's
+        raise AssertionError("not called")
+
+    monkeypatch.setattr(dist, "init_process_group", init_process_group)
+    assert bound_device(device) == {}
+
+
+def test_a_ddp_training_with_more_ranks_than_gpus_is_refused_before_it_starts(tmp_path: Path) -> None:
+    done = run_dlbench("+benchmark=mlp_ddp", "task=evaluate", "device=cuda", "world_size=2", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert "world_size=2 on device=cuda needs 2 GPUs" in done.stderr and "Traceback" not in done.stderr
+    assert not list(tmp_path.rglob("batch_*_ops.csv")), "no rank was started"

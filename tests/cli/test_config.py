@@ -69,12 +69,18 @@ def test_unknown_benchmark_lists_the_available_ones() -> None:
         ("dtype=int3", "dtype='int3'"),
         ("task=dance", "task='dance'"),
         ("batch_size=0", "batch_size must be >= 1"),
+        ("evaluate.caches=warm", "evaluate.caches must be one of hot, cold, step, got 'warm'"),
     ],
 )
 def test_invalid_values_name_the_key_and_allowed_values(override: str, message: str) -> None:
     cfg = compose_config("+benchmark=relu", override)
     with pytest.raises(ValueError, match=message):
         OmegaConf.to_object(cfg)
+
+
+def test_the_evaluations_cache_state_defaults_to_the_steps_own() -> None:
+    config = OmegaConf.to_object(compose_config("+benchmark=resnet_cifar"))
+    assert config.evaluate.caches == "step" and config.measure.caches == "hot"  # a sweep has no step: hot
 
 
 @pytest.mark.parametrize("typo", ["batchsize=8", "+batchsize=8", "++batchsize=8"])

@@ -100,6 +100,20 @@ def time_row(
     return samples
 
 
+def join_process_group(
+    device_name: str, rank: int, world: int, local_rank: int
+) -> tuple[torch.device, object, Callable[[], None]]:
+    """This rank in its process group: its device, the group that runs barriers and agreements (gloo, on the
+    host), and the device's synchronize. On CUDA: NCCL on the local rank's own GPU."""
+    if device_name == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", rank=rank, world_size=world, **bound_device(device))
+        return device, dist.new_group(backend="gloo"), torch.cuda.synchronize  # agreement beside NCCL's streams
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(minutes=10))
+    return torch.device("cpu"), dist.group.WORLD, lambda: None
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in COLLECTIVES:
         print(
@@ -127,21 +141,11 @@ def main(argv: list[str]) -> int:
     torch.set_num_threads(threads_per_rank(int(run["threads"]), place.local_world_size))
     settings = TimingSettings.from_env()
     rows = read_input(input_path)
-    if device_name == "cuda":
-        if local_rank >= torch.cuda.device_count():  # NCCL: one GPU per rank, never two ranks on one
-            print(f"dlbench collectives: local rank {local_rank} has no GPU of its own ({torch.cuda.device_count()} "
-                  "visible): run at most one rank per GPU", file=sys.stderr)  # fmt: skip
-            return 2
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", rank=rank, world_size=world, **bound_device(device))
-        control = dist.new_group(backend="gloo")  # barriers and agreement on the host, beside NCCL's streams
-        sync: Callable[[], None] = torch.cuda.synchronize
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(minutes=10))
-        control = dist.group.WORLD
-        sync = lambda: None  # noqa: E731
+    if device_name == "cuda" and local_rank >= torch.cuda.device_count():  # NCCL: never two ranks on one GPU
+        print(f"dlbench collectives: local rank {local_rank} has no GPU of its own ({torch.cuda.device_count()} "
+              "visible): run at most one rank per GPU", file=sys.stderr)  # fmt: skip
+        return 2
+    device, control, sync = join_process_group(device_name, rank, world, local_rank)
     failed = 0
     out = output_path_for(input_path).open("w", encoding="utf-8") if rank == 0 else None
     samples_out = samples_path_for(input_path).open("w", encoding="utf-8") if rank == 0 else None

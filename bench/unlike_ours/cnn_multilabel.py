@@ -1,5 +1,6 @@
-"""Held-out training script: a MobileNet-style CNN trained for multi-label tagging (``bench/prediction_error.py``
-predicts it; nothing in dlbench was tuned on it).
+"""A training script unlike ours: a MobileNet-style CNN trained for multi-label tagging (``bench/prediction_error.py``
+predicts it). Not held out: it was used in development to fix the GELU and Clip rules, so its figures are
+development figures.
 
 Unlike ``TrainingBenchmarks/resnet_cifar.py``: no shared helpers, depthwise-separable convolutions (grouped
 3x3 then 1x1), ReLU6, a strided stem, global average pooling by ``mean``, dropout before the classifier, a

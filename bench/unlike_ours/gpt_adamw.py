@@ -1,5 +1,6 @@
-"""Held-out training script: a GPT-style language model trained the way nanoGPT-like scripts do it, not the
-way the shipped benchmarks do (``bench/prediction_error.py`` predicts it; nothing in dlbench was tuned on it).
+"""A training script unlike ours: a GPT-style language model trained the way nanoGPT-like scripts do it, not
+the way the shipped benchmarks do (``bench/prediction_error.py`` predicts it). Used in development, as the
+MobileNet-style script beside it: its figures are development figures, not held-out ones.
 
 Unlike ``TrainingBenchmarks/transformer_lm.py``: no shared helpers, AdamW with weight decay on the matrices
 only (two parameter groups), gradient-norm clipping, ``zero_grad(set_to_none=True)``, a head tied to the token

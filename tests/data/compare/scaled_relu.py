@@ -1,0 +1,38 @@
+"""An operator benchmark executable (the CSV protocol) that times ReLU (numpy) on each row's problem, with the
+problems of the even ids made ``factor`` times larger: a sweep with a known slowdown on a known half of its
+operations. Usage: ``python scaled_relu.py FACTOR INPUT.csv``; writes ``INPUT_out.csv`` and ``INPUT_samples.csv``."""
+
+import os
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+
+def main() -> None:
+    factor, path = float(sys.argv[1]), Path(sys.argv[-1])
+    warmup = int(os.environ.get("DLBENCH_WARMUP", "2"))
+    reps = max(int(os.environ.get("DLBENCH_MIN_REPS", "10")), 5)
+    rows = [line.split(",") for line in path.read_text().split() if line]
+    out, samples = ["id,ms"], ["id,ms"]
+    for row in rows:
+        op_id = int(row[0])
+        n, c, h, w = (int(float(v)) for v in row[1:5])
+        size = n * c * h * w * (factor if op_id % 2 == 0 else 1.0)
+        x = np.random.default_rng(op_id).standard_normal(int(size), dtype=np.float32)
+        y = np.empty_like(x)
+        times = []
+        for i in range(warmup + reps):
+            start = time.perf_counter()
+            np.maximum(x, 0.0, out=y)
+            if i >= warmup:
+                times.append((time.perf_counter() - start) * 1e3)
+        out.append(f"{op_id},{float(np.median(times)):.7g}")
+        samples += [f"{op_id},{t:.7g}" for t in times]
+    path.with_name(f"{path.stem}_out.csv").write_text("\n".join(out) + "\n")
+    path.with_name(f"{path.stem}_samples.csv").write_text("\n".join(samples) + "\n")
+
+
+if __name__ == "__main__":
+    main()
