@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -290,4 +291,21 @@ def outlier_findings(
                 f"the step as benchmarked: {predicted:.4g} ms; with the reproduced causes: {predicted + extra:.4g} ms "
                 f"(measured {metrics.get('step_time_measured_ms', math.nan):.4g} ms; outlier_causes.csv)"
             )
-    return found, causes, outlier_lines(found, band, details=details) + tail, out
+    return found, causes, outlier_lines(found, band, details=details) + busy_machine_lines(found, metrics) + tail, out
+
+
+def busy_machine_lines(outliers: pd.DataFrame, metrics: Mapping[str, float], cores: int | None = None) -> list[str]:
+    """A warning when outliers were found on a machine busier than its cores (the load average at the start of
+    the evaluation): other processes slow every operation of a profiled step, which no input explains."""
+    cores = cores or os.cpu_count() or 1
+    load = float(metrics.get("load_average_start", 0.0))
+    if outliers.empty or load <= cores:
+        return []
+    covered = float(metrics.get("covered_ratio_training_to_benchmark", math.nan))
+    alike = (
+        f"; the step's benchmarked operations ran {covered:.3g}x their benchmarks overall" if covered == covered else ""
+    )
+    return [
+        f"the machine was busy (load average {load:.3g} on {cores} cores at the start){alike}: outliers without a "
+        "cause of their own may be the machine's; evaluate again on a quiet machine"
+    ]

@@ -93,3 +93,14 @@ def test_an_outlier_whose_calls_were_not_recorded_says_so_instead_of_clearing_it
     empty = interpret([], [], outliers, OutliersConfig())
     assert "not checked" in cause_lines(empty, outliers, missing)[7][0]
     assert "as benchmarked" in cause_lines(empty, outliers, {})[7][0]
+
+
+def test_outliers_on_a_machine_busier_than_its_cores_come_with_a_warning():
+    from dlbench.analysis.causes import busy_machine_lines
+
+    found = pd.DataFrame([{"id": 1}])
+    busy = {"load_average_start": 8.1, "covered_ratio_training_to_benchmark": 3.3}
+    assert "busy (load average 8.1 on 2 cores" in busy_machine_lines(found, busy, cores=2)[0]
+    assert "3.3x" in busy_machine_lines(found, busy, cores=2)[0]
+    assert busy_machine_lines(found, {"load_average_start": 1.5}, cores=2) == []
+    assert busy_machine_lines(found.iloc[:0], busy, cores=2) == []
