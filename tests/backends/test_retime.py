@@ -1,5 +1,5 @@
 """Re-timing a recorded call with the properties its tensors had in training, beside plain inputs: the tensors
-built as recorded, and slowdowns that are many-fold on any CPU (a transposed elementwise operand, float64
+built as recorded, and slowdowns many-fold on this 2-core EPYC (a transposed elementwise operand, float64
 GELU) reproduced by the real re-timing process."""
 
 from __future__ import annotations
