@@ -200,7 +200,7 @@ def cause_lines(
             if c.reproduced:
                 found.append(f"cause: {c.detail}; {timing}; fix: {c.fix}")
             else:
-                found.append(f"checked, not the cause here: {c.detail}; {timing}")
+                found.append(f"checked, not reproduced here: {c.detail}; {timing}")
     return lines
 
 
