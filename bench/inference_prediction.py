@@ -1,16 +1,19 @@
 """How well operator benchmarks predict a served model's latency: `task=evaluate model=X.onnx` for the nine
 model-zoo CNNs the onnx package ships and the five tiny Hugging Face transformers of bench/zoo_coverage.py
-(dims.seq=128), at batch 1 and 8; prints per engine (onnxruntime session, PyTorch eval forward) the
-predicted and measured latency and the error, the mean and largest |error| per engine, and the load average.
+(dims.seq=128), at batch 1 and 8; reported as nn-Meter reports (MobiSys'21): per engine the mean |error|, the
+largest |error| and the share of models within +-10%, with the load average and the CPU model.
 
     python bench/inference_prediction.py                           # everything, threads=1
     python bench/inference_prediction.py --models squeezenet --batch-sizes 1 --threads 0
     python bench/inference_prediction.py --models bert vit --seq 64 measure.min_time_s=0.5
+    python bench/inference_prediction.py --models --scripts resnet_cifar transformer_lm mlp   # served scripts
 
-Target (issue 29): mean |error| <= 10% and max <= 20% per engine. Each evaluation is one MLflow run in a
-store of its own (default .dlbench/bench/inference_prediction.db); `mlflow ui --backend-store-uri
-sqlite:///...` shows the per-operation tables (inference_operations.csv) and the terms. Measure on a quiet
-machine: the load average before and after each evaluation is printed.
+The engines: onnxruntime predicted from the nodes its session runs (the optimized graph), with its
+prediction from the model's original nodes as a second line (`onnxruntime (original nodes)`); torch (a real
+module built by onnx2torch) from the eval-mode torch kernels. An engine that could not run a model counts
+against it (named in the table's `unable` column). Target (issue 39): per engine mean |error| <= 10%, max
+<= 20%, at least 80% of models within +-10%. Each evaluation is one MLflow run in a store of its own
+(default .dlbench/bench/inference_prediction.db). Measure on a quiet machine.
 """
 
 from __future__ import annotations
@@ -30,8 +33,12 @@ from bench._common import load_average  # noqa: E402
 from bench.zoo_coverage import ZOO, ZOO_MODELS  # noqa: E402  (the nine model-zoo CNNs the onnx package ships)
 
 HF_MODELS = ("bert", "gpt2", "t5_encoder", "distilbert", "vit")
-ENGINES = ("onnxruntime", "torch")
-TARGET_MEAN_PCT, TARGET_MAX_PCT = 10.0, 20.0
+#: registered training benchmarks served in eval mode (task=evaluate evaluate.mode=inference)
+SCRIPTS = ("resnet_cifar", "transformer_lm", "mlp")
+#: reported figure -> the run's metric prefix
+ENGINES = {"onnxruntime": "engine/onnxruntime/", "onnxruntime (original nodes)": "engine/onnxruntime/original_nodes/",
+           "torch": "engine/torch/"}  # fmt: skip
+TARGET_MEAN_PCT, TARGET_MAX_PCT, TARGET_WITHIN, WITHIN_PCT = 10.0, 20.0, 0.8, 10.0
 
 
 def model_files(names: list[str], folder: Path) -> list[tuple[str, Path, bool]]:
@@ -48,10 +55,12 @@ def model_files(names: list[str], folder: Path) -> list[tuple[str, Path, bool]]:
     return found
 
 
-def evaluate(name: str, path: Path, seq: bool, batch_size: int, args: argparse.Namespace, uri: str) -> str:
+def evaluate(name: str, path: Path | None, seq: bool, batch_size: int, args: argparse.Namespace, uri: str) -> str:
+    """One evaluation: a model file, or (``path`` None) the training benchmark ``name`` served."""
     run_name = f"bench-{name}-bs{batch_size}-{int(time.time())}"
+    source = [f"model={path}"] if path is not None else [f"+benchmark={name}", "evaluate.mode=inference"]
     command = [
-        sys.executable, "-m", "dlbench", "task=evaluate", f"model={path}", f"batch_size={batch_size}",
+        sys.executable, "-m", "dlbench", "task=evaluate", *source, f"batch_size={batch_size}",
         f"threads={args.threads}", f"mlflow.tracking_uri={uri}", f"mlflow.experiment={args.experiment}",
         f"mlflow.run_name={run_name}", "quiet=true", *([f"dims.seq={args.seq}"] if seq else []), *args.overrides,
     ]  # fmt: skip
@@ -61,28 +70,57 @@ def evaluate(name: str, path: Path, seq: bool, batch_size: int, args: argparse.N
     return run_name
 
 
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text(encoding="utf-8").splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or platform.machine()
+
+
+def engine_report(errors, evaluations: int) -> dict[str, float]:
+    """nn-Meter's figures over ``evaluations``: the mean and largest |error| of those with an error, and the
+    share of all evaluations within +-10% (an evaluation without an error is not within)."""
+    absolute = errors.dropna().abs()
+    nan = float("nan")
+    return {"evaluated": float(len(absolute)), "mean_abs_pct": float(absolute.mean()) if len(absolute) else nan,
+            "max_abs_pct": float(absolute.max()) if len(absolute) else nan,
+            "within_10pct": float((absolute <= WITHIN_PCT).sum()) / evaluations if evaluations else 0.0}  # fmt: skip
+
+
 def summarise(table) -> bool:
-    """Mean and largest |error| per engine against the target; True when every engine meets it."""
+    """Per engine against the target; True when every engine meets it."""
     met = True
     for engine in ENGINES:
-        errors = table[f"{engine}_error_pct"].dropna().abs() if f"{engine}_error_pct" in table else []
-        if len(errors) == 0:
-            print(f"{engine}: no error computed")
-            met = False
-            continue
-        mean, worst = float(errors.mean()), float(errors.max())
-        ok = mean <= TARGET_MEAN_PCT and worst <= TARGET_MAX_PCT and len(errors) == len(table)
-        met &= ok
-        verdict = "met" if ok else "NOT met"
-        print(f"{engine}: mean |error| {mean:.1f}%, max {worst:.1f}% over {len(errors)} of {len(table)} evaluations "
-              f"(target mean <= {TARGET_MEAN_PCT:g}%, max <= {TARGET_MAX_PCT:g}%: {verdict})")  # fmt: skip
+        column = f"{engine}_error_pct"
+        report = engine_report(table[column] if column in table else table.iloc[:0, 0], len(table))
+        ok = (report["evaluated"] == len(table) and report["mean_abs_pct"] <= TARGET_MEAN_PCT
+              and report["max_abs_pct"] <= TARGET_MAX_PCT and report["within_10pct"] >= TARGET_WITHIN)  # fmt: skip
+        if engine != "onnxruntime (original nodes)":  # the second figure is shown, not judged
+            met &= ok
+        print(f"{engine}: mean |error| {report['mean_abs_pct']:.1f}%, max {report['max_abs_pct']:.1f}%, "
+              f"{100 * report['within_10pct']:.0f}% within +-{WITHIN_PCT:g}% over {int(report['evaluated'])} of "
+              f"{len(table)} evaluations (target mean <= {TARGET_MEAN_PCT:g}%, max <= {TARGET_MAX_PCT:g}%, "
+              f">= {100 * TARGET_WITHIN:.0f}% within: {'met' if ok else 'NOT met'})")  # fmt: skip
     return met
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", nargs="+", default=[*ZOO_MODELS, *HF_MODELS], choices=[*ZOO_MODELS, *HF_MODELS])
+    parser.add_argument("--models", nargs="*", default=[*ZOO_MODELS, *HF_MODELS], choices=[*ZOO_MODELS, *HF_MODELS])
     parser.add_argument("--batch-sizes", nargs="+", type=int, default=[1, 8])
+    parser.add_argument(
+        "--scripts",
+        nargs="*",
+        default=[],
+        choices=SCRIPTS,
+        help="training benchmarks served in eval mode (the issue's set: resnet_cifar transformer_lm mlp)",
+    )
+    parser.add_argument("--script-batch-sizes", nargs="+", type=int, default=[1, 16, 64])
     parser.add_argument("--seq", type=int, default=128, help="dims.seq of the text transformers")
     parser.add_argument("--threads", type=int, default=1, help="threads of both engines and the benchmarks (0: all)")
     parser.add_argument("--store", default=str(ROOT / ".dlbench" / "bench" / "inference_prediction.db"))
@@ -98,7 +136,7 @@ def main() -> int:
 
     Path(args.store).parent.mkdir(parents=True, exist_ok=True)
     uri = f"sqlite:///{Path(args.store).resolve()}"
-    print(f"load average before: {load_average()}")
+    print(f"CPU: {cpu_model()}; threads={args.threads}; load average before: {load_average()}")
     names = []
     with tempfile.TemporaryDirectory(prefix="dlbench_hf_") as folder:
         for name, path, seq in model_files(args.models, Path(folder)):
@@ -106,6 +144,13 @@ def main() -> int:
                 start = time.perf_counter()
                 run_name = evaluate(name, path, seq, batch_size, args, uri)
                 names.append((name, batch_size, run_name))
+                print(
+                    f"  {name} bs{batch_size}: {time.perf_counter() - start:.0f} s, load {load_average()}", flush=True
+                )
+        for name in args.scripts:
+            for batch_size in args.script_batch_sizes:
+                start = time.perf_counter()
+                names.append((name, batch_size, evaluate(name, None, False, batch_size, args, uri)))
                 print(
                     f"  {name} bs{batch_size}: {time.perf_counter() - start:.0f} s, load {load_average()}", flush=True
                 )
@@ -122,9 +167,10 @@ def main() -> int:
             continue
         record = match.iloc[0]
         row["status"] = record["status"]
-        for engine in ENGINES:
-            for key in ("predicted_ms", "measured_ms", "error_pct", "operations_missing"):
-                row[f"{engine}_{key}"] = record.get(f"metrics.engine/{engine}/{key}")
+        for engine, prefix in ENGINES.items():
+            for key in ("predicted_ms", "error_pct") + (() if "original" in engine else ("measured_ms",)):
+                row[f"{engine}_{key}"] = record.get(f"metrics.{prefix}{key}")
+        row["unable"] = record.get("tags.dlbench.engines_unable")
         row["load_start"], row["load_end"] = (
             record.get("metrics.load_average_start"),
             record.get("metrics.load_average_end"),

@@ -118,13 +118,18 @@ class EvaluateConfig:
     #: a data-parallel step: whether DDP's all-reduce hides behind the backward pass. ``auto``: not on CPUs whose
     #: cores the ranks' threads all take (gloo reduces on those cores), else yes; ``backward``: yes; ``none``: no
     communication_overlap: str = "auto"
-    #: a data-parallel step: also train the script as one process (same batch per rank) for the measured scaling
-    #: efficiency
+    #: a data-parallel step: also train the script as one process (same batch per rank): the scaling efficiency
     single_process: bool = True
+    mode: str = "training"  # or inference: the script's network served in eval mode (docs/inference-engines.md)
+    compile: bool = False
     outliers: OutliersConfig = field(default_factory=OutliersConfig)
 
     def __post_init__(self) -> None:
         check_cache_state("evaluate.caches", self.caches)
+        if self.mode not in ("training", "inference"):
+            raise ValueError(f"evaluate.mode={self.mode!r}: use training or inference")
+        if self.compile and self.mode != "inference":  # only a served network is compiled
+            raise ValueError("evaluate.compile=true needs evaluate.mode=inference")
         if self.communication_overlap not in ("auto", "backward", "none"):
             raise ValueError(
                 f"evaluate.communication_overlap={self.communication_overlap!r}: use auto, backward or none"

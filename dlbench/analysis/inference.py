@@ -106,14 +106,37 @@ def inference_metrics(
     return metrics
 
 
+def engine_problems(
+    table: pd.DataFrame, benchmark_errors: Mapping[str, str], end_to_end_errors: Mapping[str, str]
+) -> dict[str, str]:
+    """Per engine that cannot be predicted or measured, why: its operator benchmarks failed as a whole,
+    operations without a time there (how many, of which op types, the first reason), or no end-to-end
+    measurement. An engine missing here was predicted completely and measured."""
+    problems: dict[str, list[str]] = {}
+    for engine in ENGINE_BACKENDS:
+        if engine in benchmark_errors:
+            problems.setdefault(engine, []).append(f"operator benchmarks failed: {benchmark_errors[engine]}")
+        elif f"{engine}_term_ms" in table and not table.empty:
+            missing = table[table[f"{engine}_term_ms"].isna()]
+            if len(missing):
+                types = ", ".join(sorted(set(missing["op_type"].astype(str))))
+                first = str(missing.iloc[0][f"{engine}_note"]) or str(missing.iloc[0][f"{engine}_status"])
+                problems.setdefault(engine, []).append(
+                    f"{len(missing)} operations without a benchmark time ({types}; first: {first[:120]})"
+                )
+        if engine in end_to_end_errors:
+            problems.setdefault(engine, []).append(f"not measured end to end: {end_to_end_errors[engine]}")
+    return {engine: "; ".join(reasons)[:500] for engine, reasons in problems.items()}
+
+
 def summary_frame(
     table: pd.DataFrame,
     end_to_end: Mapping[str, TimeStats],
-    errors: Mapping[str, str],
+    problems: Mapping[str, str],
     overheads: Mapping[str, Mapping[str, float]],
 ) -> pd.DataFrame:
     """One row per engine: predicted, measured, error, operations without a time, the largest terms, the
-    overhead terms, and why an engine was not measured end to end."""
+    overhead terms, and why an engine cannot be predicted or measured (:func:`engine_problems`)."""
     rows = []
     for engine in ENGINE_BACKENDS:
         if f"{engine}_term_ms" not in table:
@@ -130,7 +153,7 @@ def summary_frame(
             "operations_missing": int(s["operations_missing"]),
             "largest_terms": ", ".join(f"{t} {v:.3g}" for t, v in top),
             "overheads": ", ".join(f"{t} {v:+.3g}" for t, v in extra.items()),
-            "not_measured": errors.get(engine, ""),
+            "unable": problems.get(engine, ""),
         })  # fmt: skip
     return pd.DataFrame(rows)
 
@@ -146,7 +169,67 @@ def print_inference(model: str, batch_size: int, threads: int, summary: pd.DataF
         error = "NA" if pd.isna(row.error_pct) else f"{row.error_pct:+.1f}%"
         print(f"{row.engine:12s} {predicted:>13s} {measured:>12s} {error:>8s} {row.operations_missing:8d}  "
               f"{row.largest_terms}{'; ' if row.overheads else ''}{row.overheads}")  # fmt: skip
-        if row.not_measured:
-            print(f"  {row.engine} not measured end to end: {row.not_measured}")
+        original = getattr(row, "original_nodes_ms", float("nan"))
+        if not pd.isna(original):
+            error = getattr(row, "original_nodes_error_pct", float("nan"))
+            print(f"  {row.engine} from its original nodes (before the session's fusions and layouts): "
+                  f"{original:.4g} ms" + ("" if pd.isna(error) else f", {error:+.1f}%"))  # fmt: skip
+        if row.unable:
+            print(f"  {row.engine} cannot be evaluated fully: {row.unable}")
     if not summary["complete"].all():
         print("* partial: some operations have no time with that engine (see inference_operations.csv); no error")
+
+
+def session_prediction(
+    nodes: Sequence[Mapping[str, str]], facts: Mapping[str, object], measured: TimeStats | None
+) -> dict[str, float]:
+    """onnxruntime predicted as it runs: the sum of median x count over the nodes its session executes (the
+    optimized graph, each node timed alone in its layout) plus the session's own per-run cost. Each node's
+    one-node session paid that cost once, the model's session pays it once per call (``session_runs``,
+    from the probes measured apart, as in :func:`overhead_terms`). ``partial_predicted_ms`` when a node has
+    no time; ``term/<op_type>_ms`` per op type (its domain's last word first when not ONNX's own)."""
+    probes = facts.get("probes", {})
+    assert isinstance(probes, dict)
+    timed = [row for row in nodes if row.get("median_ms")]
+    runs = sum(int(row["count"]) for row in timed)
+    terms: dict[str, float] = {}
+    for row in timed:
+        name = (row["domain"].rsplit(".", 1)[-1] + "." if row["domain"] else "") + row["op_type"]
+        terms[name] = terms.get(name, 0.0) + float(row["median_ms"]) * int(row["count"])
+    fixed = float(probes.get("onnxruntime_run_ms", 0.0)) - float(probes.get("onnxruntime_node_ms", 0.0))
+    overhead = fixed * (1.0 - runs) if "onnxruntime_run_ms" in probes else 0.0
+    total = sum(terms.values()) + overhead
+    missing = len(nodes) - len(timed)
+    result = {"partial_predicted_ms" if missing else "predicted_ms": total, "nodes_missing": float(missing),
+              "nodes": float(runs), "overhead/session_runs_ms": overhead}  # fmt: skip
+    result.update({f"term/{name}_ms": value for name, value in sorted(terms.items(), key=lambda kv: -kv[1])})
+    if measured is not None and not missing and measured.median_ms > 0:
+        result["error_pct"] = 100.0 * (total - measured.median_ms) / measured.median_ms
+    return result
+
+
+def with_session_prediction(
+    metrics: Mapping[str, float], summary: pd.DataFrame, session: Mapping[str, float]
+) -> tuple[dict[str, float], pd.DataFrame]:
+    """The onnxruntime figures as the session runs (``engine/onnxruntime/...``) with the original-node
+    prediction kept as a second figure (``engine/onnxruntime/original_nodes/...``), so the effect of the
+    session's fusions and layouts is visible; the summary's onnxruntime row likewise."""
+    prefix = "engine/onnxruntime/"
+    moved = ("predicted_ms", "partial_predicted_ms", "error_pct", "operations_missing")
+    out = {k: v for k, v in metrics.items() if not (k.startswith(prefix) and k[len(prefix) :] in moved)}
+    out.update({f"{prefix}original_nodes/{k[len(prefix):]}": v for k, v in metrics.items()
+                if k.startswith(prefix) and k[len(prefix):] in moved})  # fmt: skip
+    out.update({f"{prefix}session/{k}" if k.startswith(("term/", "overhead/")) else prefix + k: v
+                for k, v in session.items()})  # fmt: skip
+    summary = summary.copy()
+    rows = summary["engine"] == "onnxruntime"
+    if rows.any():
+        summary["original_nodes_ms"] = summary["predicted_ms"].where(rows)
+        summary["original_nodes_error_pct"] = summary["error_pct"].where(rows)
+        summary.loc[rows, "predicted_ms"] = session.get("predicted_ms", session.get("partial_predicted_ms"))
+        summary.loc[rows, "error_pct"] = session.get("error_pct", float("nan"))
+        summary.loc[rows, "complete"] = "predicted_ms" in session
+        top = [(k[5:-3], v) for k, v in session.items() if k.startswith("term/")][:3]
+        summary.loc[rows, "largest_terms"] = ", ".join(f"{t} {v:.3g}" for t, v in top)
+        summary.loc[rows, "overheads"] = f"session_runs {session.get('overhead/session_runs_ms', 0.0):+.3g}"
+    return out, summary

@@ -25,14 +25,15 @@ RUN_MODULES = {
 }
 
 
-#: ``task=evaluate`` of a model file (``model=X.onnx``, no training benchmark): its inference latency
+#: ``task=evaluate`` of a model file (``model=X.onnx``, no training benchmark), or of a training benchmark with
+#: ``evaluate.mode=inference``: its inference latency
 INFERENCE_MODULE = "dlbench.tasks.inference"
 
 
 def task_module(cfg: DlbenchConfig) -> str:
     """The module that runs ``cfg``: by task, for ``task=run`` by the chosen benchmark's kind, and for
     ``task=evaluate`` of a model file (no benchmark) the inference evaluation."""
-    if cfg.task == "evaluate" and cfg.benchmark is None and cfg.model:
+    if cfg.task == "evaluate" and (cfg.benchmark is None and cfg.model or cfg.evaluate.mode == "inference"):
         return INFERENCE_MODULE
     if cfg.task == "run":
         assert cfg.benchmark is not None  # the config refuses task=run without a benchmark

@@ -19,6 +19,7 @@ import sys
 import warnings
 from typing import Any
 
+from dlbench.training import serve
 from dlbench.training.export import export_network, requested_path
 from dlbench.training.instrument import BatchScope, ProfileSession, ProfileSettings
 
@@ -82,6 +83,9 @@ def _observe(session: ProfileSession, batch: Any, net: Any, cuda: bool | None) -
     path = requested_path()
     if first and path is not None and net is not None and batch is not None and not session.exported:
         session.exported = export_network(net, batch, path)
+    served = serve.requested_path()
+    if first and served is not None and net is not None and batch is not None:
+        serve.serve_network(net, batch, served)
 
 
 def op_performance_analysis_generic(batch_idx: int, input: Any, net: Any, cuda: bool = False) -> BatchScope:  # noqa: A002

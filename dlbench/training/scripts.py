@@ -73,15 +73,18 @@ def run_training(
     workdir: Path,
     export: bool = False,
     tensor_stats: bool = False,
+    extra_env: dict[str, str] | None = None,
 ) -> TrainingRun:
     """The instrumented training with its profile window. ``export``: the context manager also exports the
     network it is handed to ONNX (``DLBENCH_EXPORT_ONNX``), so the model is exactly the one trained.
     ``tensor_stats``: it records the inputs of every operator in the last warm-up batch
-    (:mod:`dlbench.training.tensor_stats`)."""
+    (:mod:`dlbench.training.tensor_stats`). ``extra_env``: more variables for the script (what else dlbench
+    asks of it)."""
     profile_dir = fresh_folder(workdir, "profile")  # a second training in ``workdir`` gets profile-2
     model_path = profile_dir / f"{entry.name}.onnx"
     # the instrumentation must not publish: this task logs one run itself
-    extra = {"MLFLOW_RUN_ID": "", ENV_EXPORT: str(model_path) if export else "", ENV_STATS: "1" if tensor_stats else ""}
+    extra = {"MLFLOW_RUN_ID": "", ENV_EXPORT: str(model_path) if export else "", ENV_STATS: "1" if tensor_stats else "",
+             **(extra_env or {})}  # fmt: skip
     env = script_environment(cfg, profile_dir, extra)
     result = run_command(
         [*entry.command, *arguments], timeout=cfg.timeout, env=env, cwd=workdir, stderr_path=workdir / "stderr.txt"

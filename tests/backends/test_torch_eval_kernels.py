@@ -1,10 +1,11 @@
-"""The eval-mode kernels an inference prediction times, and the torch graph that runs a whole model in eval
-mode, checked numerically against PyTorch's own eval modules; training sweeps keep their kernels."""
+"""The eval-mode kernels an inference prediction times, and the torch module onnx2torch builds of a whole
+model, checked numerically against PyTorch's own eval modules; training sweeps keep their kernels."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 import torch
@@ -12,7 +13,7 @@ from torch import nn
 
 from dlbench.backends.onnxruntime.canonical import canonical_node
 from dlbench.backends.torch import kernels as tk
-from dlbench.backends.torch.graph import TorchGraph
+from dlbench.backends.torch.graph import UnsupportedModel, torch_module
 from dlbench.backends.whole_model.run import agreement, model_feeds, onnxruntime_engine, torch_engine
 from dlbench.core.glue import InvalidParameters
 from dlbench.onnx.extract import extract_operations
@@ -97,25 +98,55 @@ class SmallCnn(nn.Module):
         return self.features(x)
 
 
-def test_the_torch_graph_of_an_exported_eval_module_computes_what_the_module_does(tmp_path: Path) -> None:
+def test_the_torch_module_of_an_exported_eval_module_computes_what_the_module_does(tmp_path: Path) -> None:
     torch.manual_seed(0)
     module = SmallCnn().eval()
     x = torch.randn(2, 3, 21, 21)
     path = tmp_path / "cnn.onnx"
     torch.onnx.export(module, (x,), str(path), input_names=["x"], dynamo=False, opset_version=17,
                       do_constant_folding=False)  # fmt: skip
-    model = onnx.load(str(path))
-    graph = TorchGraph(model, {"x": x.numpy()})
-    (out,) = graph({"x": x})
-    with torch.no_grad():
-        expected = module(x)
+    converted, ran = torch_module(onnx.load(str(path)))
+    with torch.inference_mode():
+        out, expected = converted(x), module(x)
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
-    ran = graph.op_types()
-    assert ran["BatchNormalization"] == 2 and ran["MaxPool"] == 1  # the eval kernels ran, not folded away
+    assert ran["BatchNormalization"] == 2 and ran["MaxPool"] == 1  # the eval kernels run, not folded away
+    assert "Dropout" not in ran  # inference Dropout is the identity
+
+
+def test_an_exported_transformer_encoder_runs_as_a_module_and_agrees_with_onnxruntime(tmp_path: Path) -> None:
+    torch.manual_seed(0)
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, batch_first=True), 2).eval()
+    x = torch.randn(2, 8, 32)
+    path = tmp_path / "encoder.onnx"
+    torch.onnx.export(encoder, (x,), str(path), input_names=["x"], dynamo=False, opset_version=17)
+    model = onnx.load(str(path))
+    assert "Mod" in {node.op_type for node in model.graph.node}  # what the hand-written interpreter failed on
+    feeds = {"x": x.numpy()}
+    _, ort_facts = onnxruntime_engine(model, feeds, 1)
+    _, torch_facts = torch_engine(model, feeds, 1)
+    with torch.inference_mode():
+        expected = encoder(x).numpy()
+    assert agreement([expected], torch_facts["outputs"]) < 1e-5
+    assert agreement(ort_facts["outputs"], torch_facts["outputs"]) < 1e-5
+    assert torch_facts["torch_module"] == "onnx2torch" and "Mod" not in torch_facts["torch_nodes_per_call"]
+
+
+def test_a_model_the_converter_cannot_build_is_refused_naming_the_reason() -> None:
+    from onnx import TensorProto, helper
+
+    pool = helper.make_node("AveragePool", ["x"], ["y"], kernel_shape=[2, 2], pads=[0, 0, 1, 1])
+    graph = helper.make_graph([pool], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 5, 5])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])  # fmt: skip
+    with pytest.raises(UnsupportedModel, match="non symmetrical padding"):
+        torch_module(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    hardmax = helper.make_graph([helper.make_node("Hardmax", ["x"], ["y"])], "g", list(graph.input),
+                                list(graph.output))  # fmt: skip
+    with pytest.raises(UnsupportedModel, match="no converter for Hardmax"):
+        torch_module(helper.make_model(hardmax, opset_imports=[helper.make_opsetid("", 17)]))
 
 
 @pytest.mark.parametrize("name", ["squeezenet", "inception_v2"])
-def test_the_torch_graph_and_an_onnxruntime_session_agree_on_zoo_models(name: str) -> None:
+def test_the_torch_module_and_an_onnxruntime_session_agree_on_zoo_models(name: str) -> None:
     model = rebatched_model(ZOO / f"light_{name}.onnx", 2)
     feeds = model_feeds(model)
     _, ort_facts = onnxruntime_engine(model, feeds, 1)
@@ -133,3 +164,25 @@ def test_feeds_refuse_an_open_dimension() -> None:
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])  # fmt: skip
     with pytest.raises(ValueError, match="open dimension"):
         model_feeds(helper.make_model(graph))
+
+
+def test_a_flatten_on_another_axis_and_a_folded_gather_compute_what_onnxruntime_does() -> None:
+    from onnx import TensorProto, helper, numpy_helper
+
+    # Flatten(axis=2) of a [2, 3, 4] input is [6, 4] (onnx2torch's own Flatten flattens from axis 1 whatever
+    # the attribute); the GatherElements depends on weights only and is folded before the conversion
+    data = numpy_helper.from_array(np.arange(12, dtype=np.float32).reshape(3, 4), "data")
+    index = numpy_helper.from_array(np.array([[2, 0, 1, 1]], dtype=np.int64), "index")
+    nodes = [helper.make_node("Flatten", ["x"], ["f"], axis=2),
+             helper.make_node("GatherElements", ["data", "index"], ["g"], axis=0),
+             helper.make_node("Add", ["f", "g"], ["y"])]  # fmt: skip
+    inputs = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])]
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.FLOAT, [6, 4])],
+                              [data, index])  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    feeds = {"x": np.random.default_rng(0).standard_normal((2, 3, 4)).astype(np.float32)}
+    _, ort_facts = onnxruntime_engine(model, feeds, 1)
+    _, torch_facts = torch_engine(model, feeds, 1)
+    assert torch_facts["outputs"][0].shape == (6, 4)
+    assert agreement(ort_facts["outputs"], torch_facts["outputs"]) < 1e-6
+    assert "GatherElements" not in torch_facts["torch_nodes_per_call"]  # folded: it depends on weights only

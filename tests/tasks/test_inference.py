@@ -8,6 +8,7 @@ import io
 import json
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from helpers import FAST, Store, artifact_text, mlflow_runs, run_dlbench
@@ -15,6 +16,31 @@ from onnx import TensorProto, helper
 
 ZOO = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
 ENGINES = ("onnxruntime", "torch")
+
+
+def unconvertible_model(path: Path) -> Path:
+    """A small CNN that onnxruntime runs and onnx2torch cannot convert (an AveragePool padded on one side)."""
+    rng = np.random.default_rng(0)
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [8, 3, 3, 3], rng.standard_normal(216).astype(np.float32))
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
+             helper.make_node("AveragePool", ["r"], ["y"], kernel_shape=[2, 2], pads=[0, 0, 1, 1])]  # fmt: skip
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 16, 16])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8, 16, 16])],
+                              [weight])  # fmt: skip
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def exported_transformer_encoder(path: Path) -> Path:
+    """A plain ``nn.TransformerEncoder`` exported by ``torch.onnx.export`` (its graph has Mod nodes)."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, batch_first=True), 2).eval()
+    torch.onnx.export(encoder, (torch.randn(2, 8, 32),), str(path), input_names=["x"], dynamo=False,
+                      opset_version=17)  # fmt: skip
+    return path
 
 
 def open_sequence_model(path: Path) -> Path:
@@ -58,6 +84,9 @@ def onnxruntime_session_ms(model: Path, calls: int = 30) -> float:
         (("model=nowhere/model.onnx",), "nowhere/model.onnx: no such ONNX file"),
         ((f"model=[{ZOO / 'light_squeezenet.onnx'},{ZOO / 'light_resnet50.onnx'}]",), "one model at a time"),
         ((f"model={ZOO / 'light_squeezenet.onnx'}", "measure.caches=cold"), "measure.caches=hot"),
+        (("+benchmark=mlp", "evaluate.compile=true"), "needs evaluate.mode=inference"),
+        (("+benchmark=mlp", "evaluate.mode=serving"), "evaluate.mode='serving': use training or inference"),
+        (("+benchmark=relu", "evaluate.mode=inference"), "serves a training benchmark's network"),
     ],
 )
 def test_a_configuration_mistake_exits_2_with_a_short_message(
@@ -90,7 +119,9 @@ def test_a_zoo_model_is_predicted_and_measured_per_engine(tmp_path: Path, store:
     assert len(table) == int(params["operations"])
     for engine in ENGINES:
         prefix = f"engine/{engine}/"
-        assert metrics[prefix + "operations_missing"] == 0
+        # onnxruntime's operator figure is the second one, beside the nodes its session runs
+        operators = prefix + ("original_nodes/" if engine == "onnxruntime" else "")
+        assert metrics[operators + "operations_missing"] == 0
         assert all(float(row[f"{engine}_term_ms"]) >= 0 for row in table)
         assert metrics[prefix + "measured_ms"] > 0
         expected = (
@@ -104,6 +135,11 @@ def test_a_zoo_model_is_predicted_and_measured_per_engine(tmp_path: Path, store:
     session_ms = onnxruntime_session_ms(model)
     assert 0.5 < metrics["engine/onnxruntime/measured_ms"] / session_ms < 2.0, session_ms
     assert 1 / 3 < metrics["engine/onnxruntime/predicted_ms"] / session_ms < 3.0, session_ms
+    nodes = list(csv.DictReader(io.StringIO(artifact_text(
+        store, run.info.run_id, "end_to_end/light_squeezenet_b1_onnxruntime_session_nodes.csv"))))  # fmt: skip
+    assert not any(row["op_type"] == "BatchNormalization" for row in nodes)
+    assert metrics["engine/onnxruntime/nodes"] == sum(int(row["count"]) for row in nodes)
+    assert "from its original nodes" in result.stdout
     pools = [row for row in table if row["op_type"] == "MaxPool"]
     assert pools and all(row["torch_benchmark"] == "torch_maxpool" for row in pools)
     assert all(row["params"].endswith("mode=2") for row in pools)  # inference pooling: no max positions kept
@@ -115,3 +151,59 @@ def test_a_zoo_model_is_predicted_and_measured_per_engine(tmp_path: Path, store:
     assert params["evaluate.caches"] == "step"
     footprints = [float(row["footprint_bytes"]) for row in table]
     assert all(0 <= f <= metrics["forward_working_set_bytes"] for f in footprints) and max(footprints) > 0
+
+
+@pytest.mark.slow
+def test_an_exported_transformer_encoder_is_predicted_and_measured_on_both_engines(
+    tmp_path: Path, store: Store
+) -> None:
+    model = exported_transformer_encoder(tmp_path / "encoder.onnx")
+    result = run_dlbench("task=evaluate", f"model={model}", "batch_size=2", "threads=1", *FAST,
+                         cwd=tmp_path, store=store)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = mlflow_runs(store)
+    assert run.info.status == "FINISHED"
+    for engine in ENGINES:
+        assert run.data.metrics[f"engine/{engine}/measured_ms"] > 0
+        assert f"engine/{engine}/error_pct" in run.data.metrics
+    assert "dlbench.engines_unable" not in run.data.tags
+    facts = json.loads(artifact_text(store, run.info.run_id, "end_to_end/encoder_b2_end_to_end.json"))
+    assert facts["engines"]["torch"]["torch_module"] == "onnx2torch"
+    assert facts["max_relative_difference"]["torch_vs_onnxruntime"] < 1e-4
+
+
+@pytest.mark.slow
+def test_an_engine_that_cannot_run_the_model_is_named_and_the_other_is_still_reported(
+    tmp_path: Path, store: Store
+) -> None:
+    model = unconvertible_model(tmp_path / "onesided.onnx")
+    result = run_dlbench("task=evaluate", f"model={model}", "batch_size=1", "threads=1", *FAST,
+                         cwd=tmp_path, store=store)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr  # one engine evaluated: the run stands
+    (run,) = mlflow_runs(store)
+    metrics, tags = run.data.metrics, run.data.tags
+    assert run.info.status == "FINISHED"
+    assert metrics["engine/onnxruntime/measured_ms"] > 0 and "engine/onnxruntime/error_pct" in metrics
+    assert "engine/torch/measured_ms" not in metrics and "engine/torch/error_pct" not in metrics
+    assert tags["dlbench.engines_unable"] == "torch"
+    assert "non symmetrical padding" in tags["dlbench.engine.torch.unable"]
+    assert "torch" in tags["mlflow.note.content"] and "torch cannot be evaluated fully" in result.stdout
+    summary = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "inference_summary.csv"))))
+    assert {row["engine"]: bool(row["unable"]) for row in summary} == {"onnxruntime": False, "torch": True}
+
+
+@pytest.mark.slow
+def test_a_training_benchmark_in_inference_mode_serves_the_real_module_and_predicts_it(
+    tmp_path: Path, store: Store
+) -> None:
+    result = run_dlbench("task=evaluate", "+benchmark=mlp", "evaluate.mode=inference", "threads=1", *FAST,
+                         cwd=tmp_path, store=store)  # fmt: skip
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = mlflow_runs(store)
+    metrics, params = run.data.metrics, run.data.params
+    assert run.info.status == "FINISHED" and params["model"] == "mlp" and params["torch_served"] == "torch"
+    for engine in ENGINES:
+        assert metrics[f"engine/{engine}/measured_ms"] > 0 and f"engine/{engine}/error_pct" in metrics
+    table = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "inference_operations.csv"))))
+    assert {row["op_type"] for row in table} >= {"Gemm"}  # the eval-mode export of the script's own network
+    assert "Dropout" not in {row["op_type"] for row in table}

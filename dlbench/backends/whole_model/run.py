@@ -77,18 +77,27 @@ def onnxruntime_engine(model: Any, feeds: dict[str, np.ndarray], threads: int) -
 
 
 def torch_engine(model: Any, feeds: dict[str, np.ndarray], threads: int) -> tuple[Callable[[], Any], dict]:
-    """One eval-mode forward of the graph in PyTorch (:mod:`dlbench.backends.torch.graph`)."""
+    """One forward of the model as a real eval-mode ``nn.Module`` (built by onnx2torch,
+    :mod:`dlbench.backends.torch.graph`) under ``torch.inference_mode``."""
     import torch
 
-    from dlbench.backends.torch.graph import TorchGraph
+    from dlbench.backends.torch.graph import torch_module
 
     torch.set_num_threads(resolve_threads(threads))
-    graph = TorchGraph(model, feeds)
-    inputs = {name: torch.from_numpy(array) for name, array in feeds.items()}
-    outputs = [t.numpy() for t in graph(inputs)]
+    module, nodes = torch_module(model)
+    initializers = {t.name for t in model.graph.initializer}
+    names = [v.name for v in model.graph.input if v.name not in initializers and v.name in feeds]
+    inputs = [torch.from_numpy(feeds[name]) for name in names]
+
+    def call() -> Any:
+        with torch.inference_mode():
+            return module(*inputs)
+
+    result = call()
+    outputs = [t.numpy() for t in (result if isinstance(result, tuple | list) else (result,))]
     facts = {"torch_version": torch.__version__, "torch_threads": torch.get_num_threads(),
-             "torch_nodes_per_call": graph.op_types()}  # fmt: skip
-    return (lambda: graph(inputs)), {**facts, "outputs": outputs}
+             "torch_module": "onnx2torch", "torch_nodes_per_call": nodes}  # fmt: skip
+    return call, {**facts, "outputs": outputs}
 
 
 def agreement(reference: list[np.ndarray], other: list[np.ndarray]) -> float:
