@@ -7,7 +7,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from dlbench.config import DlbenchConfig
@@ -326,23 +326,14 @@ class _Sweep:
 
 
 def run_settings(cfg: DlbenchConfig, device: str) -> RunSettings:
-    m = cfg.measure
+    """What a sweep of ``cfg`` tells its executables: every ``measure.*`` setting RunSettings has, and the run's."""
+    measured = {f.name: getattr(cfg.measure, f.name) for f in fields(RunSettings) if hasattr(cfg.measure, f.name)}
     return RunSettings(
-        warmup=m.warmup,
-        min_reps=m.min_reps,
-        max_reps=m.max_reps,
-        min_time_s=m.min_time_s,
-        target_rel_ci=m.target_rel_ci,
-        max_time_s=m.max_time_s,
+        **measured,
         threads=resolve_threads(cfg.threads),  # 0: all physical cores, decided here so the run records it
         device=device,
         dtype=cfg.dtype,
         fp32_math=cfg.fp32_math,
         timeout_s=cfg.timeout,
-        op_budget_s=m.op_budget_s,
-        memory_fraction=m.memory_fraction,
-        caches=m.caches,
         keep_heap=cfg.keep_heap,
-        rounds=m.rounds,
-        contended_below=m.contended_below,
     )

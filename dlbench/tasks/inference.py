@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import asdict, replace
+from typing import Any
 
 from dlbench.analysis.inference import (
     ENGINE_BACKENDS,
@@ -24,7 +25,7 @@ from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.device import resolve_device
 from dlbench.core.errors import ConfigurationError, TaskFailed
-from dlbench.core.values import Measurement
+from dlbench.core.values import Measurement, Operation
 from dlbench.onnx.errors import ExtractionError, ModelSettingError
 from dlbench.onnx.extract import extract_operations
 from dlbench.onnx.footprint import placed_forward
@@ -36,10 +37,35 @@ from dlbench.operators.end_to_end import measure_end_to_end
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import plan_benchmarks
 from dlbench.operators.registry import load_registry
-from dlbench.operators.runner import run_settings
+from dlbench.operators.runner import RunSettings, run_settings
 from dlbench.tracking.runs import job_run_name, open_run
 
 log = logging.getLogger(__name__)
+
+
+def _measure_engines(
+    cfg: DlbenchConfig, ctx: AppContext, run: Any, registry: Any, operations: list[Operation], settings: RunSettings
+) -> tuple[dict[str, dict[int, Measurement]], dict[str, dict[int, str]]]:
+    """Each engine's operator benchmarks of the operations (torch's in ``evaluate.caches``, onnxruntime's hot),
+    by engine: the measurements and which benchmark measured each; the protocol files logged."""
+    measured: dict[str, dict[int, Measurement]] = {}
+    implementations: dict[str, dict[int, str]] = {}
+    for engine, backend in ENGINE_BACKENDS.items():
+        measured[engine], implementations[engine] = {}, {}
+        for entry, ops in plan_benchmarks(registry, operations, backend, settings.device).assignments:
+            log.info("measuring %d operations with %s for the %s prediction", len(ops), entry.name, engine)
+            caches = cfg.evaluate.caches if backend == "torch" else "hot"
+            result, files = measure_with_progress(
+                entry, ops, replace(settings, caches=caches), ctx.output_dir / "protocol",
+                f"{entry.name}_inference", cfg.quiet,
+            )  # fmt: skip
+            run.log_files(files.existing(), "protocol")
+            if result.interrupted:
+                raise KeyboardInterrupt(f"{entry.name} was interrupted")
+            for op in ops:
+                measured[engine][op.id] = result.measurements[op.id]
+                implementations[engine][op.id] = entry.name
+    return measured, implementations
 
 
 def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
@@ -78,24 +104,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     name = job_run_name(cfg, extraction.model_name, ["inference"], device)
     load_start = os.getloadavg()[0]
     with open_run(cfg, ctx, kind="inference", benchmark=extraction.model_name, name=name, params=params) as run:
-        measured: dict[str, dict[int, Measurement]] = {}
-        implementations: dict[str, dict[int, str]] = {}
-        for engine, backend in ENGINE_BACKENDS.items():
-            measured[engine], implementations[engine] = {}, {}
-            plan = plan_benchmarks(registry, operations, backend, device)
-            for entry, ops in plan.assignments:
-                log.info("measuring %d operations with %s for the %s prediction", len(ops), entry.name, engine)
-                caches = cfg.evaluate.caches if backend == "torch" else "hot"
-                result, files = measure_with_progress(
-                    entry, ops, replace(settings, caches=caches), ctx.output_dir / "protocol",
-                    f"{entry.name}_inference", cfg.quiet,
-                )  # fmt: skip
-                run.log_files(files.existing(), "protocol")
-                if result.interrupted:
-                    raise KeyboardInterrupt(f"{entry.name} was interrupted")
-                for op in ops:
-                    measured[engine][op.id] = result.measurements[op.id]
-                    implementations[engine][op.id] = entry.name
+        measured, implementations = _measure_engines(cfg, ctx, run, registry, operations, settings)
         log.info("timing %s end to end on %s", extraction.model_name, ", ".join(ENGINE_BACKENDS))
         end_to_end = measure_end_to_end(fixed_path, list(ENGINE_BACKENDS), settings, workdir)
         for file in end_to_end.files:

@@ -147,3 +147,15 @@ def test_compare_settings_are_refused_at_compose_time_with_the_key(override: dic
 
     with pytest.raises(ValueError, match=message.replace("(", r"\(")):
         CompareConfig(**override)
+
+
+def test_the_reference_probe_says_how_much_slower_the_machine_ran_on_b():
+    from dlbench.analysis.sides import probe_ratio
+
+    runs = pd.DataFrame(
+        {"run_id": ["a", "b", "c"], "drift/gemm/before_ms": [10.0, 15.0, None],
+         "drift/gemm/after_ms": [10.0, 15.0, None], "drift/conv/before_ms": [4.0, 4.0, None]}
+    )  # fmt: skip
+    # gemm 1.5x, conv 1.0x: their geometric mean over the readings (1.5 * 1.5 * 1.0) ** (1 / 3)
+    assert probe_ratio(runs, ["a"], ["b"]) == pytest.approx(1.5 ** (2 / 3))
+    assert np.isnan(probe_ratio(runs, ["a"], ["c"]))  # B logged no probe

@@ -52,10 +52,13 @@ def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_
     assert math.isfinite(m["prediction_error_pct"])
     assert 0 <= m["unexplained_time_pct"] <= 100
     assert m["step_time_profiled_ms"] > 0
+    changes = []
     for reference in ("reference_gemm_512", "reference_conv_3x3"):  # the machine's speed, before and after
         before, after = m[f"drift/{reference}/before_ms"], m[f"drift/{reference}/after_ms"]
         assert before > 0 and after > 0
-        assert abs(m["machine_drift_pct"]) >= abs(after / before - 1) * 100 - 0.1
+        changes.append((after / before - 1) * 100)
+    # the drift is what the references agree on: never beyond the largest of their own changes
+    assert abs(m["machine_drift_pct"]) <= max(abs(c) for c in changes) + 0.1
     assert ("dlbench.drifted" in run.data.tags) == (abs(m["machine_drift_pct"]) > 10)
     # evaluate.caches (default step): what the benchmarks ran with is logged as the measurement setting, and
     # each operation's footprint in the step with the copies its benchmark really rotated over

