@@ -54,7 +54,7 @@ def main() -> None:
     parser.add_argument("--cause", default="none")
     parser.add_argument("--steps", type=int, default=14)
     parser.add_argument("--batch-size", type=int, default=512)
-    parser.add_argument("--hidden", type=int, default=2048)
+    parser.add_argument("--hidden", type=int, default=1024)
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     causes = {c for c in args.cause.split(",") if c and c != "none"}
