@@ -75,9 +75,10 @@ def remeasure(protocol: Path, operations, threads: int, workdir: Path):
             target = workdir / state / source.name
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(source, target)
-            footprints = source.with_name(f"{source.stem}_footprints.csv")
-            if footprints.exists():
-                shutil.copy(footprints, target.with_name(footprints.name))
+            # the footprints the evaluation handed this benchmark (one file per interleaved round, the same rows)
+            footprints = sorted(source.parent.glob(f"{source.stem}*_footprints.csv"))
+            if footprints:
+                shutil.copy(footprints[0], target.with_name(f"{target.stem}_footprints.csv"))
             # the runner's environment: the measurement settings and the allocator keeping freed memory
             settings = RunSettings(threads=threads, caches=state)
             env = {**os.environ, **settings.environment(), "PYTHONPATH": str(ROOT)}

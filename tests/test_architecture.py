@@ -1,6 +1,6 @@
 """The shape of the package, read from its imports with ``ast``: data flows one way through the layers, no
 import circles, MLflow only in tracking/, Hydra's globals only at the entry, tasks never import tasks, and
-no module grows past 400 lines."""
+no module grows past 400 lines, no function past 80."""
 
 from __future__ import annotations
 
@@ -29,6 +29,8 @@ RANKS = {
     "dlbench.instrument": 8,
 }
 MAX_LINES = 400
+#: A function fits on a screen (../shared/STYLE.md): a longer one is several ideas waiting for names
+MAX_FUNCTION_LINES = 80
 
 
 def module_name(path: Path) -> str:
@@ -131,3 +133,24 @@ def test_libraries_are_used_only_where_they_belong(library: str, allowed: tuple[
 def test_no_module_is_longer_than_the_limit() -> None:
     long = {m: n for m, p in MODULES.items() if (n := p.read_text(encoding="utf-8").count("\n")) > MAX_LINES}
     assert long == {}
+
+
+def long_functions(source: str) -> dict[str, int]:
+    """Every function (methods and nested ones included) longer than the limit: name -> lines, decorators out."""
+    found = {}
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            lines = node.end_lineno - node.lineno + 1  # type: ignore[operator]
+            if lines > MAX_FUNCTION_LINES:
+                found[f"{node.name}:{node.lineno}"] = lines
+    return found
+
+
+def test_the_function_length_rule_finds_a_long_function() -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    assert list(long_functions(f"def short():\n    return 1\n\n\ndef long():\n{body}\n")) == ["long:5"]
+
+
+def test_no_function_is_longer_than_the_limit() -> None:
+    long = {f"{m}.{name}": n for m, p in MODULES.items() for name, n in long_functions(p.read_text("utf-8")).items()}
+    assert long == {}, "split these into functions with names of their own"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -35,6 +36,8 @@ BLAS_OPERATORS = ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten
 MIN_FRACTION = 1e-3
 #: calls re-timed per outlier: its costliest profiled aten calls
 CALLS_PER_OUTLIER = 2
+#: outliers whose causes are checked: the costliest slower ones (the re-timing's time stays bounded)
+OUTLIERS_CHECKED = 5
 CAUSE_COLUMNS = [
     "id", "operation", "aten_op", "cause", "detail", "plain_ms", "with_cause_ms", "retimed_ratio",
     "outlier_ratio", "reproduced", "fix",
@@ -110,7 +113,7 @@ def retime_items(
     recorded = {call_key(c["name"], c["shapes"]): c for c in calls}
     operators = profiled_operators(match)
     items = []
-    for row in outliers[outliers["direction"] == "slower"].itertuples(index=False):
+    for row in outliers[outliers["direction"] == "slower"].head(OUTLIERS_CHECKED).itertuples(index=False):
         for name, shapes, _ in operators.get(int(row.id), [])[:CALLS_PER_OUTLIER]:
             call = recorded.get(call_key(name, shapes))
             flags = flags_of(call, machine, dtype) if call is not None else {}
@@ -118,12 +121,25 @@ def retime_items(
                 continue
             variants = ["plain", *flags] + (["recorded"] if len(flags) > 1 else [])
             items.append({
-                "key": f"{int(row.id)} {call_key(name, shapes)}", "id": int(row.id), "aten_op": name, "call": call,
+                "key": f"{call_key(name, shapes)} {sorted(flags)}", "id": int(row.id), "aten_op": name, "call": call,
                 "flags": list(flags), "details": flags, "variants": variants,
                 "threads": int(machine.get("torch_threads", 1)),
                 "competitors": competing_threads(machine),
             })  # fmt: skip
     return items
+
+
+def unrecorded(outliers: pd.DataFrame, match: Any, calls: Sequence[Mapping[str, Any]]) -> dict[int, list[str]]:
+    """Per slower outlier none of whose costliest profiled calls is in the record (a folded range such as the
+    optimizer's step, a call whose shapes read differently): those calls' names. Its inputs are not checked."""
+    recorded = {call_key(c["name"], c["shapes"]) for c in calls}
+    operators = profiled_operators(match)
+    out = {}
+    for op_id in outliers[outliers["direction"] == "slower"]["id"]:
+        top = operators.get(int(op_id), [])[:CALLS_PER_OUTLIER]
+        if not any(call_key(name, shapes) in recorded for name, shapes, _ in top):
+            out[int(op_id)] = [name for name, _, _ in top]
+    return out
 
 
 def reproduces(retimed_ratio: float, outlier_ratio: float, band: OutliersConfig) -> bool:
@@ -162,14 +178,21 @@ def interpret(
     return pd.DataFrame(rows, columns=CAUSE_COLUMNS)
 
 
-def cause_lines(causes: pd.DataFrame, outliers: pd.DataFrame) -> dict[int, list[str]]:
+def cause_lines(
+    causes: pd.DataFrame, outliers: pd.DataFrame, not_recorded: Mapping[int, Sequence[str]] | None = None
+) -> dict[int, list[str]]:
     """Per slower outlier: each reproduced cause with its re-timing and fix, each flagged property that did not
-    reproduce as checked, or that its inputs were as benchmarked."""
+    reproduce as checked, that its inputs were as benchmarked, or (``not_recorded``) that they were not seen."""
     lines: dict[int, list[str]] = {}
-    for row in outliers[outliers["direction"] == "slower"].itertuples(index=False):
+    for rank, row in enumerate(outliers[outliers["direction"] == "slower"].itertuples(index=False)):
         mine = causes[causes["id"] == row.id] if len(causes) else causes
         found = lines.setdefault(int(row.id), [])
-        if mine.empty:
+        if rank >= OUTLIERS_CHECKED:
+            found.append(f"causes not checked: only the {OUTLIERS_CHECKED} costliest slower outliers are re-timed")
+        elif int(row.id) in (not_recorded or {}):
+            calls = ", ".join(not_recorded[int(row.id)]) or "none profiled"  # type: ignore[index]
+            found.append(f"causes not checked: its calls ({calls}) are not among the recorded aten calls")
+        elif mine.empty:
             found.append("no known cause: its inputs were as benchmarked (dtype, layout, values, free cores)")
         shown = mine.sort_values("reproduced", ascending=False, kind="stable").drop_duplicates("cause")
         for c in shown.itertuples(index=False):  # each cause once: on its costliest call
@@ -177,7 +200,7 @@ def cause_lines(causes: pd.DataFrame, outliers: pd.DataFrame) -> dict[int, list[
             if c.reproduced:
                 found.append(f"cause: {c.detail}; {timing}; fix: {c.fix}")
             else:
-                found.append(f"checked, not the cause here: {c.detail}; {timing}")
+                found.append(f"checked, not reproduced here: {c.detail}; {timing}")
     return lines
 
 
@@ -239,7 +262,7 @@ def explain_outliers(
     metrics["outlier_causes_reproduced"] = float(causes["reproduced"].sum()) if len(causes) else 0.0
     if with_causes is not None:
         metrics["causes_extra_ms"] = with_causes
-    return causes, cause_lines(causes, outliers), metrics
+    return causes, cause_lines(causes, outliers, unrecorded(outliers, match, calls)), metrics
 
 
 def outlier_findings(
@@ -272,4 +295,21 @@ def outlier_findings(
                 f"the step as benchmarked: {predicted:.4g} ms; with the reproduced causes: {predicted + extra:.4g} ms "
                 f"(measured {metrics.get('step_time_measured_ms', math.nan):.4g} ms; outlier_causes.csv)"
             )
-    return found, causes, outlier_lines(found, band, details=details) + tail, out
+    return found, causes, outlier_lines(found, band, details=details) + busy_machine_lines(found, metrics) + tail, out
+
+
+def busy_machine_lines(outliers: pd.DataFrame, metrics: Mapping[str, float], cores: int | None = None) -> list[str]:
+    """A warning when outliers were found on a machine busier than its cores (the load average at the start of
+    the evaluation): other processes slow every operation of a profiled step, which no input explains."""
+    cores = cores or os.cpu_count() or 1
+    load = float(metrics.get("load_average_start", 0.0))
+    if outliers.empty or load <= cores:
+        return []
+    covered = float(metrics.get("covered_ratio_training_to_benchmark", math.nan))
+    alike = (
+        f"; the step's benchmarked operations ran {covered:.3g}x their benchmarks overall" if covered == covered else ""
+    )
+    return [
+        f"the machine was busy (load average {load:.3g} on {cores} cores at the start){alike}: outliers without a "
+        "cause of their own may be the machine's; evaluate again on a quiet machine"
+    ]

@@ -37,6 +37,9 @@ def summary_paragraph(judged: Judged, baseline: str, candidate: str, threshold: 
         differ = f" The machines differ in {len(machines)} field(s): {', '.join(machines['field'].head(8))}."
     else:
         differ = " The machines' recorded state is the same."
+    probes = [f"{p.label} {r:.3g}x" for p, r in zip(judged.pairs, judged.probe_ratios, strict=False) if r == r]
+    if probes:  # the machine's speed between the sides, as the reference probe saw it
+        differ += f" Reference probe B / A: {', '.join(probes[:6])}."
     return (
         f"B ({candidate or 'the other runs'}) against A ({baseline}), {len(judged.pairs)} pair(s) of sweeps, "
         f"{ops} operations: {counts['slower']} slower, {counts['faster']} faster, {counts['same']} the same "

@@ -302,72 +302,63 @@ def match_profile(
             reason = "" if framework else "no rule in the match table"
             records.append({**record, "status": status, "category": status, "operations": "", "reason": reason})
             continue
-        try:
-            shapes = json.loads(row.input_shapes) if isinstance(row.input_shapes, str) else list(row.input_shapes)
-        except json.JSONDecodeError:
-            shapes = []
-        candidates: list[Operation] = []
-        problems = []
-        for op_type in rule.op_types:
-            try:
-                fields = rule.fields(op_type, shapes)
-            except (MatchError, IndexError, TypeError, ValueError) as err:
-                problems.append(f"{op_type}: shapes {row.input_shapes} do not read as {rule.shapes}: {err}")
-                continue
-            for op, op_fields in by_type.get(op_type, []):
-                if rule.accepts(op_type, passes.get(op.id, "forward")) and _fits(fields, op_fields):
-                    candidates.append(op)
-            if not candidates:
-                shown = ", ".join(f"{k}={v}" for k, v in fields.items()) or "any shape"
-                problems.append(f"no {op_type} operation ({'/'.join(rule.passes_of(op_type))}) with {shown}")
+        candidates, problems = _candidates(rule, row.input_shapes, by_type, passes)
         if not candidates:
-            if table.is_framework(name):  # a rule for some shapes (aten::fill_ of the logits), framework otherwise
-                records.append(
-                    {**record, "status": "framework", "category": "framework", "operations": "", "reason": ""}
-                )
-                continue
-            missing = _missing_passes(rule, by_type, passes)
-            if missing:  # the model has the operator, the training step not the pass that runs this call
-                records.append(
-                    {
-                        **record,
-                        "status": "not_predicted",
-                        "category": missing,
-                        "operations": "",
-                        "reason": f"the training step has no {missing} operation (no unfold rule derives it, or it "
-                        "is declared not predicted)",
-                    }
-                )
-                continue
-            records.append(
-                {
-                    **record,
-                    "status": "unmatched",
-                    "category": "unmatched",
-                    "operations": "",
-                    "reason": "; ".join(problems),
-                }
-            )
+            records.append({**record, **_unassigned(name, rule, table, by_type, passes, problems)})
             continue
-        share = _shares(candidates, weights)
-        for op, fraction in share.items():
+        for op, fraction in _shares(candidates, weights).items():
             assigned[op] = assigned.get(op, 0.0) + time_us * fraction
             assignments.append((len(records), op, time_us * fraction))
-        first = candidates[0]
-        category = f"{first.op_type}/{passes.get(first.id, 'forward')}"
-        records.append(
-            {
-                **record,
-                "status": "matched",
-                "category": category,
-                "operations": ";".join(str(op.id) for op in candidates),
-                "reason": "",
-            }
-        )
+        category = f"{candidates[0].op_type}/{passes.get(candidates[0].id, 'forward')}"
+        operations_text = ";".join(str(op.id) for op in candidates)
+        records.append({**record, "status": "matched", "category": category, "operations": operations_text,
+                        "reason": ""})  # fmt: skip
     rows = pd.DataFrame(
         records, columns=["name", "input_shapes", "calls", "time_us", "status", "category", "operations", "reason"]
     )
     return MatchResult(rows=rows, assigned_us=assigned, assignments=tuple(assignments))
+
+
+def _candidates(
+    rule: OperatorRule, input_shapes: Any, by_type: Mapping[str, list], passes: Mapping[int, str]
+) -> tuple[list[Operation], list[str]]:
+    """The operations a profiled call's rule fits (its op types, passes and shapes), and why others did not."""
+    try:
+        shapes = json.loads(input_shapes) if isinstance(input_shapes, str) else list(input_shapes)
+    except json.JSONDecodeError:
+        shapes = []
+    candidates: list[Operation] = []
+    problems = []
+    for op_type in rule.op_types:
+        try:
+            fields = rule.fields(op_type, shapes)
+        except (MatchError, IndexError, TypeError, ValueError) as err:
+            problems.append(f"{op_type}: shapes {input_shapes} do not read as {rule.shapes}: {err}")
+            continue
+        for op, op_fields in by_type.get(op_type, []):
+            if rule.accepts(op_type, passes.get(op.id, "forward")) and _fits(fields, op_fields):
+                candidates.append(op)
+        if not candidates:
+            shown = ", ".join(f"{k}={v}" for k, v in fields.items()) or "any shape"
+            problems.append(f"no {op_type} operation ({'/'.join(rule.passes_of(op_type))}) with {shown}")
+    return candidates, problems
+
+
+def _unassigned(
+    name: str, rule: OperatorRule, table: MatchTable, by_type: Mapping[str, list], passes: Mapping[int, str],
+    problems: list[str],
+) -> dict[str, str]:  # fmt: skip
+    """Status, category and reason of a call with a rule that fits no operation: framework (a rule for some
+    shapes only), not predicted (the step lacks the pass), or unmatched (with why)."""
+    if table.is_framework(name):  # a rule for some shapes (aten::fill_ of the logits), framework otherwise
+        return {"status": "framework", "category": "framework", "operations": "", "reason": ""}
+    missing = _missing_passes(rule, by_type, passes)
+    if missing:  # the model has the operator, the training step not the pass that runs this call
+        reason = (
+            f"the training step has no {missing} operation (no unfold rule derives it, or it is declared not predicted)"
+        )
+        return {"status": "not_predicted", "category": missing, "operations": "", "reason": reason}
+    return {"status": "unmatched", "category": "unmatched", "operations": "", "reason": "; ".join(problems)}
 
 
 def _missing_passes(rule: OperatorRule, by_type: Mapping[str, list], passes: Mapping[int, str]) -> str:

@@ -60,12 +60,7 @@ def log_sweep(
     log_interference(run, result)
     log_drift(run, result)
     run.log_table(frame, "results.csv")
-    protocol = (
-        (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv, files.rounds_csv) if files else ()
-    )
-    for path in protocol:
-        if path is not None and path.exists():
-            run.log_artifact(path, "protocol")
+    run.log_files(files.existing() if files else (), "protocol")
     if result.run_error:
         run.log_text(result.run_error + "\n", "run_error.txt")
     failed = frame[~frame["status"].isin(("ok", "unstable", "contended"))]

@@ -66,7 +66,9 @@ def ui_hint(uri: str, start_dir: Path) -> str:
     if uri.startswith(("http://", "https://")):
         return f"open {uri} in a browser"
     if uri == f"sqlite:///{(start_dir / 'mlflow.db').resolve()}":
-        return "open the MLflow UI with `mlflow ui` (run here) and http://127.0.0.1:5000"
+        # the relative form, run here: without --backend-store-uri, MLflow 2 (and MLflow 3 where ./mlruns holds
+        # a file store) opens another store
+        return "open the MLflow UI with `mlflow ui --backend-store-uri sqlite:///mlflow.db` (run here) and http://127.0.0.1:5000"
     return f"open the MLflow UI with `mlflow ui --backend-store-uri {uri}` and http://127.0.0.1:5000"
 
 

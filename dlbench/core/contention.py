@@ -22,12 +22,12 @@ from __future__ import annotations
 
 import math
 import os
-import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from dlbench.core.settings import default
+from dlbench.core.ticker import Ticker
 
 #: below this cpu_efficiency the operation's threads waited for cores held by other work: status contended
 #: (``measure.contended_below``, in the settings table)
@@ -160,8 +160,7 @@ class RowCpuWatch:
         self.interval_s = interval_s
         #: operation id -> cpu efficiency of the stretch that ended with its row (None: not judged)
         self.efficiency: dict[int, float | None] = {}
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker(self._tick, interval_s, "dlbench-row-cpu", (OSError, ValueError))
         self._size = -1
         self._last: CpuReading | None = None
         #: the output has been seen change once (its header, or rows): later stretches hold no start-up
@@ -179,25 +178,15 @@ class RowCpuWatch:
             self.efficiency[op_id] = cpu_efficiency(self._last, reading) if judged else None  # type: ignore[arg-type]
         self._last, self._started = reading, True
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self._tick()
-            except (OSError, ValueError):
-                continue
-
     def __enter__(self) -> RowCpuWatch:
         if available():
             self._last = read_cpu(self.pids())
-            self._thread = threading.Thread(target=self._loop, name="dlbench-row-cpu", daemon=True)
-            self._thread.start()
+            self._ticker.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._thread is None:
+        if not self._ticker.stop():
             return
-        self._stop.set()
-        self._thread.join()
         try:  # rows written since the last tick: the program may have ended, taking its CPU time with it
             for op_id in self.rows_done():
                 self.efficiency.setdefault(op_id, None)

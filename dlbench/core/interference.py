@@ -11,7 +11,6 @@ from __future__ import annotations
 import logging
 import os
 import statistics
-import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -27,6 +26,7 @@ from dlbench.core.machine import (
     own_running,
     procs_running,
 )
+from dlbench.core.ticker import Ticker
 
 log = logging.getLogger(__name__)
 
@@ -199,8 +199,7 @@ class InterferenceWatch:
         self._intervals: list[MachineState] = []
         self._row_intervals: dict[int, int] = {}
         self._runnable: list[float] = []
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._ticker = Ticker(self._tick, interval_s, "dlbench-interference")  # a vanished /proc entry: skipped
         self._last: Counters | None = None
 
     def _counters(self) -> tuple[Counters, list[Any]]:
@@ -259,13 +258,6 @@ class InterferenceWatch:
             for op_id in done:
                 self._row_intervals.setdefault(op_id, len(self._intervals) - 1)
 
-    def _loop(self) -> None:
-        while not self._stop.wait(self.interval_s):
-            try:
-                self._tick()
-            except OSError:  # a vanished /proc entry between two reads: that tick is skipped
-                continue
-
     def __enter__(self) -> InterferenceWatch:
         try:
             self._start = self._probe()
@@ -280,15 +272,12 @@ class InterferenceWatch:
                 f"{self.label}: " if self.label else "",
                 reason,
             )
-        self._thread = threading.Thread(target=self._loop, name="dlbench-interference", daemon=True)
-        self._thread.start()
+        self._ticker.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._thread is None:
+        if not self._ticker.stop():
             return
-        self._stop.set()
-        self._thread.join()
         try:
             self._tick()  # the last stretch, and the rows written since the last tick
         except OSError:

@@ -8,7 +8,17 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dlbench.core.descriptors import DESCRIPTORS
-from dlbench.core.glue import BINARY, COMPARISONS, GLUE_OP_TYPES, LOGICAL, PREDICATES, REDUCTIONS, UNARY, VARIADIC
+from dlbench.core.glue import (
+    BINARY,
+    COMPARISONS,
+    GLUE_OP_TYPES,
+    LOGICAL,
+    MOVEMENT,
+    PREDICATES,
+    REDUCTIONS,
+    UNARY,
+    VARIADIC,
+)
 from dlbench.core.shapes import Shape, along_axis4, axis4, broadcast4, rank4, rank4_spatial, reduce4, transpose4
 from dlbench.core.values import Number
 
@@ -279,6 +289,30 @@ def _glue(
     if op_type == "Where":
         c, a, b = _folded(present[:3], op_type)
         return (*c, *a, *b, 0)
+    if op_type in (*MOVEMENT, "GatherElements"):
+        return _movement(op_type, x, present, attrs, outputs, values)
+    if op_type in REDUCTIONS:
+        axes = _reduced_axes(x, shapes, attrs, out, values)
+        if axes is None:
+            return None
+        folded = reduce4(x, axes)
+        if folded is None:
+            raise NoCanonicalForm(f"{op_type} over axes {axes} of {list(x)} keeps more than four axes apart")
+        return (*folded[0], *folded[1], 0)
+    return None
+
+
+def _movement(
+    op_type: str,
+    x: Shape,
+    present: Sequence[Shape],
+    attrs: Mapping[str, Any],
+    outputs: Sequence[Shape | None],
+    values: Sequence[Sequence[Number] | None],
+) -> tuple[Number, ...] | None:
+    """Canonical values of a data-movement operator (Concat, Split, Transpose, Gather, GatherElements, Slice,
+    Expand, Tile): the input and output folded to rank 4 with the axis they act along."""
+    out = _sized(outputs, 0)
     if op_type == "Concat":
         axis = int(attrs["axis"]) % len(x)
         joined = (*x[:axis], sum(s[axis] for s in present), *x[axis + 1 :])
@@ -324,14 +358,6 @@ def _glue(
         if op_type == "Tile":
             return (*a, *(o // i for i, o in zip(a, b, strict=True)), 0)
         return (*a, *b, 0)
-    if op_type in REDUCTIONS:
-        axes = _reduced_axes(x, shapes, attrs, out, values)
-        if axes is None:
-            return None
-        folded = reduce4(x, axes)
-        if folded is None:
-            raise NoCanonicalForm(f"{op_type} over axes {axes} of {list(x)} keeps more than four axes apart")
-        return (*folded[0], *folded[1], 0)
     return None
 
 

@@ -161,104 +161,130 @@ def extract_operations(
     ``strict`` raises :class:`ExtractionError` instead. A model with a fixed batch is re-batched where that
     is provably consistent (:mod:`dlbench.onnx.rebatch`).
     """
-    import onnx
-
     path = Path(path)
     if batch_size < 1:
         raise ModelSettingError(f"{path}: batch_size must be >= 1, got {batch_size}")
+    notes: list[str] = []
+    model, digest, view, dimensions = _graph_view(path, batch_size, dims or {}, notes)
+    graph = model.graph
+    walk = _NodeWalk()
+    for index, node in enumerate(graph.node):
+        walk.add(index, node, view, path, training, strict, notes)
+    if walk.skipped:
+        log.warning("%s: %d of %d nodes skipped", path, len(walk.skipped), len(graph.node))
+    return Extraction(
+        path=str(path),
+        model_name=path.stem,
+        graph_name=graph.name,
+        opset=view.opset,
+        ir_version=int(model.ir_version),
+        producer=f"{model.producer_name} {model.producer_version}".strip(),
+        sha256=digest,
+        batch_size=batch_size,
+        training=training,
+        node_counts=dict(walk.counts.most_common()),
+        nodes=tuple(walk.records),
+        skipped=tuple(walk.skipped),
+        notes=tuple(notes),
+        constant_nodes=len(walk.constant_names),
+        constant_names=tuple(walk.constant_names),
+        constant_counts=dict(walk.constant_counts),
+        dims=tuple(sorted(dimensions.values.items())),
+        rebatched_from=dimensions.fixed_batch,
+    )
+
+
+@dataclass(frozen=True)
+class _GraphView:
+    """What describing a node needs of its graph: shapes and element types of every tensor, the constants
+    (and the nodes computing them), small constant values, opsets and layer names."""
+
+    shapes: Mapping[str, Any]
+    types: Mapping[str, Any]
+    constants: Any
+    constant_nodes: Any
+    values: Mapping[str, Any]
+    embedded: Mapping[str, Any]
+    opsets: Mapping[str, int]
+    opset: int
+    names: Any
+
+
+def _graph_view(
+    path: Path, batch_size: int, dims: Mapping[str, int], notes: list[str]
+) -> tuple[Any, str, _GraphView, Any]:
+    """The model (local functions inlined, weights checked), its digest, the view of its graph at
+    ``batch_size`` and ``dims`` (re-batched where the model fixes its batch), and the dimensions set."""
+    import onnx
+
     model, digest = load_model(path)
     if model.functions:
         model = onnx.inliner.inline_local_functions(model)
     check_weights(model, path)
     light, weights = light_model(model)
     check_model(light, path)
-    opset = default_opset(model)
-    notes: list[str] = []
-    dimensions = set_dimensions(light, batch_size, dims or {}, path, weights)
-    rebatched_from = None
+    dimensions = set_dimensions(light, batch_size, dims, path, weights)
     types = element_types(light.graph)
     if dimensions.fixed_batch is not None:
-        rebatched_from = dimensions.fixed_batch
-        shapes, _ = rebatch(light, path, dimensions.batch_inputs, rebatched_from, batch_size, notes, weights, types)
+        shapes, _ = rebatch(
+            light, path, dimensions.batch_inputs, dimensions.fixed_batch, batch_size, notes, weights, types
+        )
     else:
         shapes = infer_shapes(light, path, notes, types)
     graph = model.graph
     constants, constant_nodes = constant_outputs(graph, shapes=shapes)
-    values = small_constant_values(graph)
-    embedded = small_constant_values(graph, MAX_INDEX_VALUES)  # indices and masks a node file carries
-    opsets = {imp.domain or "": int(imp.version) for imp in model.opset_import}
-    names = layer_names(graph, constants)
+    view = _GraphView(
+        shapes=shapes, types=types, constants=constants, constant_nodes=constant_nodes,
+        values=small_constant_values(graph),
+        embedded=small_constant_values(graph, MAX_INDEX_VALUES),  # indices and masks a node file carries
+        opsets={imp.domain or "": int(imp.version) for imp in model.opset_import},
+        opset=default_opset(model), names=layer_names(graph, constants),
+    )  # fmt: skip
+    return model, digest, view, dimensions
 
-    records: list[NodeRecord] = []
-    skipped: list[SkippedNode] = []
-    constant_names: list[str] = []
-    constant_counts: Counter[str] = Counter()
-    counts: Counter[str] = Counter()
-    for index, node in enumerate(graph.node):
-        counts[node.op_type] += 1
+
+class _NodeWalk:
+    """The graph's nodes as they are read: records of the ones described, the skipped, the constants, counts."""
+
+    def __init__(self) -> None:
+        self.records: list[NodeRecord] = []
+        self.skipped: list[SkippedNode] = []
+        self.constant_names: list[str] = []
+        self.constant_counts: Counter[str] = Counter()
+        self.counts: Counter[str] = Counter()
+
+    def add(self, index: int, node: Any, view: _GraphView, path: Path, training: bool, strict: bool,
+            notes: list[str]) -> None:  # fmt: skip
+        self.counts[node.op_type] += 1
         name = node.name or f"{node.op_type}_{index}"
-        if index in constant_nodes:
-            constant_names.append(name)
-            constant_counts[node.op_type] += 1
-            continue
-        kind, reason = classify_node(node, [types.get(i) for i in node.input], values)
-        in_shapes = tuple(shapes.get(i) if i else None for i in node.input)
-        out_shapes = tuple(shapes.get(o) if o else None for o in node.output)
-        weight_inputs = tuple(bool(i) and i in constants for i in node.input)
+        if index in view.constant_nodes:
+            self.constant_names.append(name)
+            self.constant_counts[node.op_type] += 1
+            return
+        kind, reason = classify_node(node, [view.types.get(i) for i in node.input], view.values)
+        in_shapes = tuple(view.shapes.get(i) if i else None for i in node.input)
+        out_shapes = tuple(view.shapes.get(o) if o else None for o in node.output)
+        weight_inputs = tuple(bool(i) and i in view.constants for i in node.input)
         try:
+            values = [view.values.get(i) for i in node.input]
             params = (
-                _describe(node, in_shapes, out_shapes, [values.get(i) for i in node.input], opset, training, notes)
-                if kind == COMPUTE
-                else ()
+                _describe(node, in_shapes, out_shapes, values, view.opset, training, notes) if kind == COMPUTE else ()
             )
             readable = read_attributes(node)[0] if kind == COMPUTE else []
         except (UnhandledAttribute, CannotDescribe) as err:
             message = f"{path}: node {name!r} ({node.op_type}): {err}"
             if strict:
                 raise ExtractionError(message) from None
-            skipped.append(SkippedNode(index=index, name=name, op_type=node.op_type, reason=message))
-            continue
-        records.append(
+            self.skipped.append(SkippedNode(index=index, name=name, op_type=node.op_type, reason=message))
+            return
+        spec = _node_spec(node, view.opsets, in_shapes, out_shapes, view.types, weight_inputs, view.embedded)
+        self.records.append(
             NodeRecord(
-                index=index,
-                name=name,
-                op_type=node.op_type,
-                domain=node.domain,
-                input_shapes=in_shapes,
-                constant=weight_inputs,
-                output_shapes=out_shapes,
-                attributes=tuple(readable),
-                params=params,
-                layer=names[index],
-                kind=kind,
-                reason=reason,
-                node=_node_spec(node, opsets, in_shapes, out_shapes, types, weight_inputs, embedded)
-                if kind == COMPUTE
-                else None,
+                index=index, name=name, op_type=node.op_type, domain=node.domain, input_shapes=in_shapes,
+                constant=weight_inputs, output_shapes=out_shapes, attributes=tuple(readable), params=params,
+                layer=view.names[index], kind=kind, reason=reason, node=spec if kind == COMPUTE else None,
             )
-        )
-    if skipped:
-        log.warning("%s: %d of %d nodes skipped", path, len(skipped), len(graph.node))
-    return Extraction(
-        path=str(path),
-        model_name=path.stem,
-        graph_name=graph.name,
-        opset=opset,
-        ir_version=int(model.ir_version),
-        producer=f"{model.producer_name} {model.producer_version}".strip(),
-        sha256=digest,
-        batch_size=batch_size,
-        training=training,
-        node_counts=dict(counts.most_common()),
-        nodes=tuple(records),
-        skipped=tuple(skipped),
-        notes=tuple(notes),
-        constant_nodes=len(constant_names),
-        constant_names=tuple(constant_names),
-        constant_counts=dict(constant_counts),
-        dims=tuple(sorted(dimensions.values.items())),
-        rebatched_from=rebatched_from,
-    )
+        )  # fmt: skip
 
 
 def _node_spec(node: Any, *args: Any) -> NodeSpec | None:

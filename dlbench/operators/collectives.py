@@ -20,12 +20,6 @@ ALLREDUCE = "AllReduce"
 MUL = "Mul"
 
 
-def sweep_paths(files: SweepFiles) -> list[Path]:
-    """A sweep's protocol files that exist (to log as artifacts)."""
-    paths = (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv)
-    return [p for p in paths if p is not None and p.exists()]
-
-
 def allreduce_operations(sizes: Sequence[int], world_size: int) -> list[Operation]:
     return [
         Operation(i, ALLREDUCE, (("bytes", size), ("world_size", world_size)), name=f"allreduce_{size}B",
@@ -86,4 +80,4 @@ def measure_gradient_copies(
         for op in operations
         if op.id in result.measurements and result.measurements[op.id].ok
     }
-    return times, sweep_paths(files)
+    return times, files.existing()

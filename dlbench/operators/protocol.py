@@ -103,14 +103,9 @@ EFFICIENCY_COLUMN = "cpu_efficiency"
 _MISSING = ("", "na", "nan", "none")
 
 
-def _number(text: str) -> float:
-    # float() also takes "1_000" and surrounding junk-free spellings like "infinity"; both are fine here,
-    # since non-finite times are rejected below.
-    return float(text)
-
-
 def _optional(text: str) -> float | None:
-    return None if text.strip().lower() in _MISSING else _number(text)
+    # float() also takes "1_000" and "infinity": fine, since non-finite times are rejected
+    return None if text.strip().lower() in _MISSING else float(text)
 
 
 def _leading_id(fields: Sequence[str]) -> int | None:
@@ -216,6 +211,34 @@ def parse_output(
 
     Raises :class:`ProtocolError` when the file as a whole is unusable (missing, too big, not text, empty).
     """
+    content = [(i, line) for i, line in enumerate(_output_text(path, max_bytes).splitlines(), start=1) if line.strip()]
+    if not content:
+        raise ProtocolError(f"{path}: output file is empty")
+    unit, columns, has_header = _header(path, *content[0])
+    data = content[1:] if has_header else content
+    if not data:
+        raise ProtocolError(f"{path}: output has a header but no rows")
+    table = _OutputRows(set(expected_ids) if expected_ids is not None else None, TIME_UNITS_TO_MS[unit])
+    for lineno, line in data:
+        table.add(f"{path}:{lineno}", lineno, line, columns, has_header)
+    samples_path = _samples_beside_output(path)
+    if samples_path is not None and samples_path.is_file():
+        table.recompute_from_samples(samples_path, target_rel_ci)
+    else:
+        samples_path = None
+    return ParsedOutput(
+        unit=unit,
+        rows={op_id: _honest(stats, target_rel_ci, asked_reps) for op_id, stats in table.rows.items()},
+        problems=table.problems,
+        problems_by_id={k: tuple(v) for k, v in table.by_id.items()},
+        samples_path=samples_path,
+        cpu_efficiency=table.efficiency,
+        launch_ms=table.launch,
+    )
+
+
+def _output_text(path: Path, max_bytes: int) -> str:
+    """The output file as text, or a :class:`ProtocolError` saying why it is unusable as a whole."""
     if not path.exists():
         raise ProtocolError(f"{path}: the benchmark wrote no output file")
     if not path.is_file():
@@ -225,111 +248,88 @@ def parse_output(
         raise ProtocolError(f"{path}: output is {size} bytes, over the {max_bytes}-byte limit")
     raw = path.read_bytes()
     try:
-        text = raw.decode("utf-8")
+        return raw.decode("utf-8")
     except UnicodeDecodeError as err:
         line = raw.count(b"\n", 0, err.start) + 1
         raise ProtocolError(
             f"{path}:{line}: not UTF-8 text (byte {err.start}: {raw[err.start : err.start + 8]!r})"
         ) from err
-    lines = text.splitlines()
-    problems: list[str] = []
-    unit = "ms"
-    columns = ["id", "time"]
-    first_data = 0
-    content = [(i, line) for i, line in enumerate(lines, start=1) if line.strip()]
-    if not content:
-        raise ProtocolError(f"{path}: output file is empty")
-    head_lineno, head = content[0]
-    head_fields = [f.strip().lower() for f in head.split(",")]
-    if head_fields[0] == "id":
-        first_data = 1
-        if len(head_fields) < 2:
-            raise ProtocolError(f"{path}:{head_lineno}: header {head!r} names no time column")
-        unit_field = head_fields[1] or "ms"
-        unit = "ms" if unit_field == "time" else unit_field
-        if unit not in TIME_UNITS_TO_MS:
-            raise ProtocolError(
-                f"{path}:{head_lineno}: unknown time unit {head_fields[1]!r}; use one of {', '.join(TIME_UNITS_TO_MS)}"
-            )
-        columns = ["id", "time", *head_fields[2:]]
-    factor = TIME_UNITS_TO_MS[unit]
-    expected = set(expected_ids) if expected_ids is not None else None
-    rows: dict[int, TimeStats] = {}
-    efficiency: dict[int, float] = {}
-    launch: dict[int, float] = {}
-    first_line: dict[int, int] = {}
-    by_id: dict[int, list[str]] = {}
 
-    def report(message: str, op_id: int | None = None) -> None:
-        problems.append(message)
-        if op_id is not None and (expected is None or op_id in expected):
-            by_id.setdefault(op_id, []).append(message)
 
-    data = content[first_data:]
-    if not data:
-        raise ProtocolError(f"{path}: output has a header but no rows")
-    for lineno, line in data:
-        where = f"{path}:{lineno}"
+def _header(path: Path, lineno: int, head: str) -> tuple[str, list[str], bool]:
+    """The time unit, the column names and whether the first non-empty line is a header (``id, <unit>, ...``)."""
+    fields = [f.strip().lower() for f in head.split(",")]
+    if fields[0] != "id":
+        return "ms", ["id", "time"], False
+    if len(fields) < 2:
+        raise ProtocolError(f"{path}:{lineno}: header {head!r} names no time column")
+    unit = "ms" if (fields[1] or "ms") == "time" else (fields[1] or "ms")
+    if unit not in TIME_UNITS_TO_MS:
+        raise ProtocolError(
+            f"{path}:{lineno}: unknown time unit {fields[1]!r}; use one of {', '.join(TIME_UNITS_TO_MS)}"
+        )
+    return unit, ["id", "time", *fields[2:]], True
+
+
+class _OutputRows:
+    """The rows of one output file as they are read: statistics per id, and each problem (per id too)."""
+
+    def __init__(self, expected: set[int] | None, factor: float) -> None:
+        self.expected, self.factor = expected, factor
+        self.rows: dict[int, TimeStats] = {}
+        self.efficiency: dict[int, float] = {}
+        self.launch: dict[int, float] = {}
+        self.first_line: dict[int, int] = {}
+        self.problems: list[str] = []
+        self.by_id: dict[int, list[str]] = {}
+
+    def report(self, message: str, op_id: int | None = None) -> None:
+        self.problems.append(message)
+        if op_id is not None and (self.expected is None or op_id in self.expected):
+            self.by_id.setdefault(op_id, []).append(message)
+
+    def add(self, where: str, lineno: int, line: str, columns: list[str], has_header: bool) -> None:
+        """One data line: kept, or reported (to its id where it names one) and skipped."""
         fields = [f.strip() for f in line.split(",")]
-        if first_data and len(fields) != len(columns):
-            report(
-                f"{where}: {len(fields)} columns, the header has {len(columns)}: {line[:200]!r}", _leading_id(fields)
-            )
-            continue
-        if not first_data and len(fields) != 2:
-            report(f"{where}: expected 'id, time', got {len(fields)} columns: {line[:200]!r}", _leading_id(fields))
-            continue
+        if len(fields) != (len(columns) if has_header else 2):
+            count = f"{len(fields)} columns, the header has {len(columns)}" if has_header else (
+                f"expected 'id, time', got {len(fields)} columns")  # fmt: skip
+            return self.report(f"{where}: {count}: {line[:200]!r}", _leading_id(fields))
         try:
             op_id = int(fields[0])
         except ValueError:
-            report(f"{where}: id {fields[0][:50]!r} is not an integer")
-            continue
+            return self.report(f"{where}: id {fields[0][:50]!r} is not an integer")
         try:
             values = {name: _optional(v) for name, v in zip(columns[1:], fields[1:], strict=True)}
-            values["time"] = _number(fields[1])
+            values["time"] = float(fields[1])
         except ValueError:
-            report(f"{where}: id {op_id}: a time is not a number: {line[:200]!r}", op_id)
-            continue
-        time_value = _number(fields[1])
-        if not math.isfinite(time_value) or time_value <= 0:
-            report(f"{where}: id {op_id}: time {fields[1][:50]!r} is not a finite positive number", op_id)
-            continue
-        if expected is not None and op_id not in expected:
-            report(f"{where}: id {op_id} was never asked for")
-            continue
-        if op_id in rows:
-            report(f"{where}: id {op_id} appears more than once (first at line {first_line[op_id]})", op_id)
-            continue
-        first_line[op_id] = lineno
-        rows[op_id] = _stats_from_columns(values, factor)
+            return self.report(f"{where}: id {op_id}: a time is not a number: {line[:200]!r}", op_id)
+        if not math.isfinite(values["time"]) or values["time"] <= 0:
+            return self.report(f"{where}: id {op_id}: time {fields[1][:50]!r} is not a finite positive number", op_id)
+        if self.expected is not None and op_id not in self.expected:
+            return self.report(f"{where}: id {op_id} was never asked for")
+        if op_id in self.rows:
+            return self.report(
+                f"{where}: id {op_id} appears more than once (first at line {self.first_line[op_id]})", op_id
+            )
+        self.first_line[op_id] = lineno
+        self.rows[op_id] = _stats_from_columns(values, self.factor)
         cpu = values.get(EFFICIENCY_COLUMN)
         if cpu is not None and math.isfinite(cpu) and cpu > 0:
-            efficiency[op_id] = cpu
+            self.efficiency[op_id] = cpu
         if (issuing := values.get(LAUNCH_COLUMN)) is not None and math.isfinite(issuing) and issuing >= 0:
-            launch[op_id] = issuing * factor
-    samples_path = _samples_beside_output(path)
-    samples: dict[int, list[float]] = {}
-    if samples_path is not None and samples_path.is_file():
-        samples, sample_problems = read_samples(samples_path, rows)
-        problems.extend(sample_problems)
+            self.launch[op_id] = issuing * self.factor
+
+    def recompute_from_samples(self, samples_path: Path, target_rel_ci: float | None) -> None:
+        """Every statistic of an id with samples recomputed from them (a count that disagrees is noted)."""
+        samples, sample_problems = read_samples(samples_path, self.rows)
+        self.problems.extend(sample_problems)
         for op_id, taken in samples.items():
             recomputed = TimeStats.from_samples(taken, target_rel_ci)
-            reported = rows[op_id].reps
+            reported = self.rows[op_id].reps
             if reported is not None and reported != len(taken):
                 recomputed = recomputed.with_note(f"{len(taken)} samples written, {reported} repetitions reported")
-            rows[op_id] = recomputed
-    else:
-        samples_path = None
-    rows = {op_id: _honest(stats, target_rel_ci, asked_reps) for op_id, stats in rows.items()}
-    return ParsedOutput(
-        unit=unit,
-        rows=rows,
-        problems=problems,
-        problems_by_id={k: tuple(v) for k, v in by_id.items()},
-        samples_path=samples_path,
-        cpu_efficiency=efficiency,
-        launch_ms=launch,
-    )
+            self.rows[op_id] = recomputed
 
 
 def ids_written(path: Path) -> list[int]:

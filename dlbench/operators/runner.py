@@ -7,7 +7,7 @@ import random
 import re
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 from dlbench.config import DlbenchConfig
@@ -76,6 +76,11 @@ class SweepFiles:
     #: every round of every operation, when measured in interleaved rounds
     rounds_csv: Path | None = None
 
+    def existing(self) -> list[Path]:
+        """The sweep's protocol files that were written (to log as artifacts)."""
+        paths = (self.input_csv, self.output_csv, self.stderr_txt, self.samples_csv, self.rounds_csv)
+        return [p for p in paths if p is not None and p.exists()]
+
 
 def sweep_files(workdir: Path, stem: str) -> SweepFiles:
     input_csv = workdir / f"{stem}.csv"
@@ -143,43 +148,81 @@ def measure_operations(
     rows, measurements = align_rows(benchmark, operations)
     if not rows:
         return SweepResult(measurements, run_error="no operation could be aligned to param_descr"), files
-    rounds = rounds_for(settings, len(rows))
-    limit = contention_limit(settings.device, settings.contended_below)
     base = files.input_csv.stem
     for old in [*workdir.glob(f"{base}_round*"), *workdir.glob(f"{base}_again*"), *workdir.glob(f"{base}_probe*")]:
         old.unlink(missing_ok=True)
     files.output_csv.unlink(missing_ok=True)
-    if rounds > 1:
+    if rounds_for(settings, len(rows)) > 1:
         files = replace(files, rounds_csv=workdir / f"{base}_rounds.csv")
-    seed = random.SystemRandom().randrange(2**32)
-    orders = round_orders(rows, rounds, random.Random(seed))
-    deadline = math.inf  # set as the first invocation starts: the interference probe's time is not the program's
-    current = [files.output_csv]
-    watch = InterferenceWatch(settings.threads, settings.device, lambda: ids_written(current[0]), benchmark.name)
-    results: dict[int, list[RoundResult]] = {}
-    again: dict[int, RoundResult] = {}
-    failures: dict[int, str] = {}
-    run_errors: list[str] = []
-    probe_ms: dict[str, list[float]] = {}
-    stderr_parts: list[str] = []
-    stopped: list[str] = []  # the interrupt's kind, as the interrupted invocation saw it
-    seconds = 0.0
+    sweep = _Sweep(benchmark, operations, rows, settings, files, on_poll, probe, around_round)
+    with sweep.watch:
+        try:
+            sweep.measure_rounds()
+            sweep.measure_contended_again()
+        except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see core.interrupts
+            if not sweep.stopped:
+                sweep.stopped.append(type(err).__name__)
+    return sweep.result(measurements), files
 
-    def invoke(entry, ops, todo, share, round_files) -> Invocation:
-        nonlocal seconds, deadline
-        if deadline == math.inf:
-            deadline = time.perf_counter() + settings.timeout_s
-        remaining = max(deadline - time.perf_counter(), 0.1)
-        inv = invoke_once(entry, ops, todo, replace(share, timeout_s=remaining), round_files, on_poll)
-        seconds += inv.process.seconds
-        if entry is benchmark:
-            stderr_parts.append(inv.process.stderr)
-            run_errors.extend(e for e in inv.run_errors if e not in run_errors)
+
+class _Sweep:
+    """One call of :func:`measure_operations`: what its rounds, probes and re-measurement found so far."""
+
+    def __init__(
+        self,
+        benchmark: OperatorBenchmark,
+        operations: Sequence[Operation],
+        rows: list,
+        settings: RunSettings,
+        files: SweepFiles,
+        on_poll: Callable[[], None] | None,
+        probe: Sequence[tuple[OperatorBenchmark, Operation]],
+        around_round: Callable[[int, str], None] | None,
+    ) -> None:
+        self.benchmark, self.operations, self.rows, self.settings, self.files = (
+            benchmark,
+            operations,
+            rows,
+            settings,
+            files,
+        )
+        self.on_poll, self.probe, self.around_round = on_poll, probe, around_round
+        self.workdir, self.base = files.input_csv.parent, files.input_csv.stem
+        self.rounds = rounds_for(settings, len(rows))
+        self.limit = contention_limit(settings.device, settings.contended_below)
+        self.seed = random.SystemRandom().randrange(2**32)
+        self.orders = round_orders(rows, self.rounds, random.Random(self.seed))
+        self.deadline = (
+            math.inf
+        )  # set as the first invocation starts: the interference probe's time is not the program's
+        self.current = files.output_csv
+        self.watch = InterferenceWatch(
+            settings.threads, settings.device, lambda: ids_written(self.current), benchmark.name
+        )
+        self.results: dict[int, list[RoundResult]] = {}
+        self.again: dict[int, RoundResult] = {}
+        self.failures: dict[int, str] = {}
+        self.run_errors: list[str] = []
+        self.probe_ms: dict[str, list[float]] = {}
+        self.stderr_parts: list[str] = []
+        self.stopped: list[str] = []  # the interrupt's kind, as the interrupted invocation saw it
+        self.seconds = 0.0
+
+    def invoke(self, entry: OperatorBenchmark, ops: Sequence[Operation], todo: list, share: RunSettings,
+               files: SweepFiles) -> Invocation:  # fmt: skip
+        if self.deadline == math.inf:
+            self.deadline = time.perf_counter() + self.settings.timeout_s
+        remaining = max(self.deadline - time.perf_counter(), 0.1)
+        inv = invoke_once(entry, ops, todo, replace(share, timeout_s=remaining), files, self.on_poll)
+        self.seconds += inv.process.seconds
+        if entry is self.benchmark:
+            self.stderr_parts.append(inv.process.stderr)
+            self.run_errors.extend(e for e in inv.run_errors if e not in self.run_errors)
         if inv.interrupted:
-            stopped.append(inv.interrupt)
+            self.stopped.append(inv.interrupt)
         return inv
 
-    def probe_now(share: RunSettings, label: str) -> None:
+    def probe_now(self, share: RunSettings, label: str) -> None:
         # a probe reading needs its median to a percent or two, not the operations' settings: ~0.1 s each; the
         # first one warms up longer (a worker's first calls of a kernel run slow: set-up, not drift), the later
         # ones 3 calls (the first two after a kernel's set-up run slow: see rounds.round_share)
@@ -187,110 +230,110 @@ def measure_operations(
             probe_settings(share), warmup=10 if label == "round1" else 3, min_reps=min(share.min_reps, 10),
             min_time_s=min(share.min_time_s, 0.05), max_time_s=min(share.max_time_s, 0.1),
         )  # fmt: skip
-        for entry, op in probe:
+        for entry, op in self.probe:
             probe_rows = align_rows(entry, [op])[0]
-            inv = invoke(entry, [op], probe_rows, light, sweep_files(workdir, f"{base}_probe{op.id}_{label}"))
+            inv = self.invoke(
+                entry, [op], probe_rows, light, sweep_files(self.workdir, f"{self.base}_probe{op.id}_{label}")
+            )
             if op.id in inv.stats:
-                probe_ms.setdefault(op.label, []).append(inv.stats[op.id].median_ms)
+                self.probe_ms.setdefault(op.label, []).append(inv.stats[op.id].median_ms)
             if inv.interrupted:
                 raise KeyboardInterrupt
 
-    def combined() -> dict[int, Measurement]:
+    def combined(self) -> dict[int, Measurement]:
+        s = self.settings
         return {
-            op_id: combine_rounds(op_id, found, rounds, settings.target_rel_ci, settings.min_reps, limit)
-            for op_id, found in results.items()
+            op_id: combine_rounds(op_id, found, self.rounds, s.target_rel_ci, s.min_reps, self.limit)
+            for op_id, found in self.results.items()
         }
 
-    with watch:
-        try:
-            for index in range(rounds):
-                # an operation that failed is not tried again, unless it was measured in an earlier round
-                todo = [row for row in rows if row[0] not in failures or row[0] in results]
-                if not todo or time.perf_counter() >= deadline:
-                    break
-                share = replace(settings, **round_share(settings, rounds, index))
-                probe_now(share, f"round{index + 1}")
-                this_round = files if rounds == 1 else round_files(workdir, base, index, rounds)
-                current[0] = this_round.output_csv
-                left = {row[0] for row in todo}  # without the operations that failed since
-                order = [row for row in orders[index] if row[0] in left]
-                if around_round is not None:
-                    around_round(index, "before")
-                inv = invoke(benchmark, operations, order, share, this_round)
-                if around_round is not None:
-                    around_round(index, "after")
-                failures.update(inv.failures)
-                for position, (op_id, _) in enumerate(order):
-                    if op_id in inv.stats:
-                        results.setdefault(op_id, []).append(RoundResult(
-                            index, position, inv.stats[op_id], tuple(inv.samples.get(op_id, ())),
-                            inv.efficiency.get(op_id), inv.launch.get(op_id),
-                        ))  # fmt: skip
-                if inv.interrupted:  # after keeping what the round measured
-                    raise KeyboardInterrupt
-            if results:
-                probe_now(replace(settings, **round_share(settings, rounds, rounds - 1)), "end")
-            so_far = combined()
-            waited = [op for op in operations if op.id in so_far and so_far[op.id].contended]
-            if waited and time.perf_counter() < deadline:  # once, with the whole share, at the sweep's end
-                redo_rows = [row for row in rows if row[0] in {op.id for op in waited}]
-                inv = invoke(benchmark, waited, redo_rows, settings, sweep_files(workdir, f"{base}_again"))
-                for op in waited:
-                    if op.id in inv.stats:
-                        again[op.id] = RoundResult(rounds, 0, inv.stats[op.id], tuple(inv.samples.get(op.id, ())),
-                                                   inv.efficiency.get(op.id), inv.launch.get(op.id))  # fmt: skip
-                if inv.interrupted:
-                    raise KeyboardInterrupt
-        except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see core.interrupts
-            if not stopped:
-                stopped.append(type(err).__name__)
-    for op_id, m in combined().items():
-        if op_id in again or m.contended:
-            m = measured_again(m, again.get(op_id), limit)
-        if op_id in failures and m.stats is not None:
-            m = replace(m, stats=m.stats.with_note(f"failed in a round: {failures[op_id]}"))
-        measurements[op_id] = m
-    interrupted = bool(stopped)
-    for op_id, _ in rows:
-        if op_id in measurements:
-            continue
-        reason = failures.get(op_id) or (
-            "not measured: the sweep was interrupted" if interrupted
-            else f"not measured: the timeout of {settings.timeout_s:g} s was spent before its round"
-        )  # fmt: skip
-        measurements[op_id] = Measurement(op_id, None, reason)
-    stderr = "".join(stderr_parts)
-    if len(stderr) > STDERR_KEEP_BYTES:  # each round's tail is bounded; so is their sum
-        dropped = len(stderr) - STDERR_KEEP_BYTES
-        stderr = f"[... {dropped} earlier characters dropped ...]\n{stderr[-STDERR_KEEP_BYTES:]}"
-    if rounds > 1:
-        write_combined(files, rows, results, again, measurements, limit, stderr, seed)
-    ordered = {op.id: measurements[op.id] for op in operations}
-    extra = {"seconds": seconds, "rounds": rounds, **({"interrupt": stopped[0]} if interrupted else {})}
-    extra.update(probe_report(probe_ms, ordered))
-    result = SweepResult(ordered, run_error="\n".join(run_errors), stderr=stderr, interrupted=interrupted,
-                         extra=extra, interference=watch.report)  # fmt: skip
-    return result, files
+    def measure_rounds(self) -> None:
+        """Every round in turn, each operation in its shuffled place; then the probe's last reading."""
+        for index in range(self.rounds):
+            # an operation that failed is not tried again, unless it was measured in an earlier round
+            todo = [row for row in self.rows if row[0] not in self.failures or row[0] in self.results]
+            if not todo or time.perf_counter() >= self.deadline:
+                break
+            share = replace(self.settings, **round_share(self.settings, self.rounds, index))
+            self.probe_now(share, f"round{index + 1}")
+            this_round = self.files if self.rounds == 1 else round_files(self.workdir, self.base, index, self.rounds)
+            self.current = this_round.output_csv
+            left = {row[0] for row in todo}  # without the operations that failed since
+            order = [row for row in self.orders[index] if row[0] in left]
+            if self.around_round is not None:
+                self.around_round(index, "before")
+            inv = self.invoke(self.benchmark, self.operations, order, share, this_round)
+            if self.around_round is not None:
+                self.around_round(index, "after")
+            self.failures.update(inv.failures)
+            for position, (op_id, _) in enumerate(order):
+                if op_id in inv.stats:
+                    self.results.setdefault(op_id, []).append(RoundResult(
+                        index, position, inv.stats[op_id], tuple(inv.samples.get(op_id, ())), inv.efficiency.get(op_id),
+                        inv.launch.get(op_id),
+                    ))  # fmt: skip
+            if inv.interrupted:  # after keeping what the round measured
+                raise KeyboardInterrupt
+        if self.results:
+            self.probe_now(replace(self.settings, **round_share(self.settings, self.rounds, self.rounds - 1)), "end")
+
+    def measure_contended_again(self) -> None:
+        """Once, with the whole share, at the sweep's end: the operations whose threads waited in every round."""
+        so_far = self.combined()
+        waited = [op for op in self.operations if op.id in so_far and so_far[op.id].contended]
+        if not waited or time.perf_counter() >= self.deadline:
+            return
+        redo_rows = [row for row in self.rows if row[0] in {op.id for op in waited}]
+        files = sweep_files(self.workdir, f"{self.base}_again")
+        inv = self.invoke(self.benchmark, waited, redo_rows, self.settings, files)
+        for op in waited:
+            if op.id in inv.stats:
+                self.again[op.id] = RoundResult(self.rounds, 0, inv.stats[op.id], tuple(inv.samples.get(op.id, ())),
+                                                inv.efficiency.get(op.id), inv.launch.get(op.id))  # fmt: skip
+        if inv.interrupted:
+            raise KeyboardInterrupt
+
+    def result(self, measurements: dict[int, Measurement]) -> SweepResult:
+        """Every operation's measurement (or why it has none), the combined files, the run's extras."""
+        for op_id, m in self.combined().items():
+            if op_id in self.again or m.contended:
+                m = measured_again(m, self.again.get(op_id), self.limit)
+            if op_id in self.failures and m.stats is not None:
+                m = replace(m, stats=m.stats.with_note(f"failed in a round: {self.failures[op_id]}"))
+            measurements[op_id] = m
+        interrupted = bool(self.stopped)
+        for op_id, _ in self.rows:
+            if op_id not in measurements:
+                measurements[op_id] = Measurement(op_id, None, self.failures.get(op_id) or (
+                    "not measured: the sweep was interrupted" if interrupted
+                    else f"not measured: the timeout of {self.settings.timeout_s:g} s was spent before its round"
+                ))  # fmt: skip
+        stderr = "".join(self.stderr_parts)
+        if len(stderr) > STDERR_KEEP_BYTES:  # each round's tail is bounded; so is their sum
+            dropped = len(stderr) - STDERR_KEEP_BYTES
+            stderr = f"[... {dropped} earlier characters dropped ...]\n{stderr[-STDERR_KEEP_BYTES:]}"
+        if self.rounds > 1:
+            write_combined(self.files, self.rows, self.results, self.again, measurements, self.limit, stderr, self.seed)
+        ordered = {op.id: measurements[op.id] for op in self.operations}
+        extra = {
+            "seconds": self.seconds,
+            "rounds": self.rounds,
+            **({"interrupt": self.stopped[0]} if interrupted else {}),
+        }
+        extra.update(probe_report(self.probe_ms, ordered))
+        return SweepResult(ordered, run_error="\n".join(self.run_errors), stderr=stderr, interrupted=interrupted,
+                           extra=extra, interference=self.watch.report)  # fmt: skip
 
 
 def run_settings(cfg: DlbenchConfig, device: str) -> RunSettings:
-    m = cfg.measure
+    """What a sweep of ``cfg`` tells its executables: every ``measure.*`` setting RunSettings has, and the run's."""
+    measured = {f.name: getattr(cfg.measure, f.name) for f in fields(RunSettings) if hasattr(cfg.measure, f.name)}
     return RunSettings(
-        warmup=m.warmup,
-        min_reps=m.min_reps,
-        max_reps=m.max_reps,
-        min_time_s=m.min_time_s,
-        target_rel_ci=m.target_rel_ci,
-        max_time_s=m.max_time_s,
+        **measured,
         threads=resolve_threads(cfg.threads),  # 0: all physical cores, decided here so the run records it
         device=device,
         dtype=cfg.dtype,
         fp32_math=cfg.fp32_math,
         timeout_s=cfg.timeout,
-        op_budget_s=m.op_budget_s,
-        memory_fraction=m.memory_fraction,
-        caches=m.caches,
         keep_heap=cfg.keep_heap,
-        rounds=m.rounds,
-        contended_below=m.contended_below,
     )

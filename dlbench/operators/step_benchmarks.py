@@ -46,13 +46,10 @@ def measure_step(
         for op in ops:
             measurements[op.id] = result.measurements[op.id]
             implementations[op.id] = entry.name
-        for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
-            if path is not None and path.exists():
-                run.log_artifact(path, "protocol")
-        for path in sorted(workdir.glob(f"{entry.name}_evaluate*_footprints.csv")) + sorted(
-            workdir.glob(f"{entry.name}_evaluate*_rotation.csv")
-        ):  # the cache state each row was timed in
-            run.log_artifact(path, "protocol")
+        run.log_files(files.existing(), "protocol")
+        cache_states = [*workdir.glob(f"{entry.name}_evaluate*_footprints.csv"),
+                        *workdir.glob(f"{entry.name}_evaluate*_rotation.csv")]  # fmt: skip
+        run.log_files(sorted(cache_states), "protocol")  # the cache state each row was timed in
         machine.add(entry.name, result, ops)
         if result.interrupted:
             raise KeyboardInterrupt(f"{entry.name} was interrupted")

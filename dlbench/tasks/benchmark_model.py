@@ -179,14 +179,11 @@ def benchmark_model(
     summary = model_coverage(extraction, plan.served_types)
     print_coverage(coverage_frame(extraction, plan), plan, cfg.backend, device, summary)
 
-    settings = run_settings(cfg, device)
     failures: list[str] = []
     served = {op.id for _, ops in plan.assignments for op in ops}
     # the sum over benchmarks, and the operations without a time in it (unserved ones included)
-    model_total_ms, missing = 0.0, sum(1 for op in operations if op.id not in served)
-    measured: list[pd.DataFrame] = []
-    reports: list[tuple[str, InterferenceReport]] = []
-    reused_before, measured_before, saved_before = reuse.reused, reuse.measured, reuse.saved_s
+    tally = _ModelTally(missing=sum(1 for op in operations if op.id not in served))
+    before = (reuse.reused, reuse.measured, reuse.saved_s)
     params = {
         **extraction_params(extraction, forward),
         "backend": cfg.backend,
@@ -204,87 +201,126 @@ def benchmark_model(
         log_extraction(parent, ctx.output_dir, extraction, frame)
         parent.log_metrics(summary.metrics())
         for entry, entry_ops in plan.assignments:
-            ops = with_passes(entry_ops, entry.passes, cfg.dtype)  # FLOPs of every pass one time covers
-            run_name = job_run_name(cfg, extraction.model_name, [entry.name], device)
-            child_params = {
-                **sweep_params(cfg, entry, extraction.model_name, len(ops), device),
-                "op_type": ",".join(sorted({op.op_type for op in ops})),
-                "model_sha256": extraction.sha256,
-            }
             try:
-                with open_run(
-                    cfg, ctx, kind="model_benchmark", benchmark=extraction.model_name, name=run_name,
-                    params=child_params, implementation=entry.name,
-                    tags={**model_tags, EXTRACTION_RUN_TAG: parent.run_id}, parent_run_id=parent.run_id,
-                ) as child:  # fmt: skip
-                    op_types = "+".join(sorted({op.op_type.lower() for op in ops}))
-                    log_workload(child, ops, f"{extraction.model_name}-{op_types}", str(extraction.path))
-                    key = reuse.key(cfg, entry, device)
-                    found = reuse.lookup(key, list(ops))
-                    to_measure = [op for op in ops if op.id not in found]
-                    result, files = SweepResult({}), None
-                    if to_measure:
-                        result, files = measure_with_progress(
-                            entry, to_measure, settings, ctx.output_dir / "protocol",
-                            f"{entry.name}_{extraction.model_name}", cfg.quiet,
-                        )  # fmt: skip
-                        reuse.remember(key, to_measure, result, settings.warmup, child.run_id)
-                    combined = SweepResult(
-                        {**result.measurements, **{i: Measurement(i, r.stats) for i, r in found.items()}},
-                        run_error=result.run_error,
-                        stderr=result.stderr,
-                        interrupted=result.interrupted,
-                        extra={**result.extra, "reused": tuple(found)},
-                        interference=result.interference,  # the record of what this run measured
-                    )
-                    results = log_sweep(child, cfg, ops, combined, files, run_name)
-                    results.insert(4, "pass", [unfolding.pass_of(op.id) for op in ops])
-                    results["reused_from_run"] = [found[op.id].run_id if op.id in found else "" for op in ops]
-                    child.log_table(results, "results.csv")
-                    child.log_metrics({"operations_reused": float(len(found)),
-                                       "operations_new": float(len(to_measure))})  # fmt: skip
-                    print_summary(results, run_name, child.run_id, result)
-                    totals = summary_metrics(results)
-                    model_total_ms += totals.get("total_time_ms", totals.get("partial_total_time_ms", 0.0))
-                    missing += int(totals["operations_missing"])
-                    if result.interference is not None:
-                        reports.append((entry.name, result.interference))
-                    measured.append(results)
-                    reuse.reused += len(found)
-                    reuse.measured += len(to_measure)
-                    reuse.saved_s += sum(r.cost_s for r in found.values())
-                    raise_for_result(entry.name, result)
+                _measure_entry(cfg, ctx, parent, _Model(extraction, unfolding, model_tags, device), entry, entry_ops,
+                               reuse, tally)  # fmt: skip
             except TaskFailed as err:
                 failures.append(str(err))
                 log.error("%s", err)
-        coverage = coverage_frame(extraction, plan, measured)
-        parent.log_table(coverage, "coverage.csv")
-        interference, noisy = interference_record(reports)
-        if reports:
-            parent.set_tags(noisy)
-        busy = sum(int(frame["machine_busy"].eq(True).sum()) for frame in measured if "machine_busy" in frame)
-        total = {"partial_model_total_ms" if missing else "model_total_ms": model_total_ms}
-        parent.log_metrics({
-            **total, "operations_missing": float(missing), "totals_complete": float(not missing), **interference,
-            **({"operations_machine_busy": float(busy)} if reports else {}),
-            **time_by_op_type(measured), **time_share_metrics(coverage),
-            "operations_reused": float(reuse.reused - reused_before),
-            "operations_new": float(reuse.measured - measured_before),
-            "reuse_saved_s": reuse.saved_s - saved_before,
-        })  # fmt: skip
-        if measured:
-            parent.log_table(pd.concat(measured, ignore_index=True), "model_results.csv")
-        print(
-            f"\nMLflow run {parent.run_id} ({parent.target.uri}, experiment {parent.target.experiment}); "
-            f"sum over benchmarks of median x count: {model_total_text(model_total_ms, missing)}; operations: "
-            f"{reuse.measured - measured_before} measured, {reuse.reused - reused_before} reused (about "
-            f"{reuse.saved_s - saved_before:.1f} s of measuring saved)"
-        )
+        coverage = _log_model_totals(parent, coverage_frame(extraction, plan, tally.measured), tally, reuse, before)
     if not plan.assignments:
         failures.append(nothing_served(cfg.backend, device, extraction.path, coverage))
     if failures:
         raise TaskFailed("\n".join(failures))
     return summary
+
+
+@dataclass
+class _ModelTally:
+    """What the benchmarks of one model measured so far, summed into the model's run."""
+
+    total_ms: float = 0.0
+    missing: int = 0
+    measured: list[pd.DataFrame] = field(default_factory=list)
+    reports: list[tuple[str, InterferenceReport]] = field(default_factory=list)
+
+    def add(self, entry_name: str, results: pd.DataFrame, result: SweepResult) -> None:
+        totals = summary_metrics(results)
+        self.total_ms += totals.get("total_time_ms", totals.get("partial_total_time_ms", 0.0))
+        self.missing += int(totals["operations_missing"])
+        if result.interference is not None:
+            self.reports.append((entry_name, result.interference))
+        self.measured.append(results)
+
+
+@dataclass(frozen=True)
+class _Model:
+    """One model being benchmarked: its extraction, its unfolding, its runs' tags, the device."""
+
+    extraction: Any
+    unfolding: Unfolding
+    tags: dict[str, str]
+    device: str
+
+
+def _measure_entry(
+    cfg: DlbenchConfig, ctx: AppContext, parent: Any, model: _Model, entry: OperatorBenchmark,
+    entry_ops: list[Operation], reuse: Reuse, tally: _ModelTally,
+) -> None:  # fmt: skip
+    """One benchmark's operations of the model in a child run: reused where the store has them, the others
+    measured; raises :class:`TaskFailed` (the child run ends FAILED) after its results are counted."""
+    extraction = model.extraction
+    ops = with_passes(entry_ops, entry.passes, cfg.dtype)  # FLOPs of every pass one time covers
+    run_name = job_run_name(cfg, extraction.model_name, [entry.name], model.device)
+    child_params = {
+        **sweep_params(cfg, entry, extraction.model_name, len(ops), model.device),
+        "op_type": ",".join(sorted({op.op_type for op in ops})),
+        "model_sha256": extraction.sha256,
+    }
+    with open_run(
+        cfg, ctx, kind="model_benchmark", benchmark=extraction.model_name, name=run_name,
+        params=child_params, implementation=entry.name,
+        tags={**model.tags, EXTRACTION_RUN_TAG: parent.run_id}, parent_run_id=parent.run_id,
+    ) as child:  # fmt: skip
+        op_types = "+".join(sorted({op.op_type.lower() for op in ops}))
+        log_workload(child, ops, f"{extraction.model_name}-{op_types}", str(extraction.path))
+        key = reuse.key(cfg, entry, model.device)
+        found = reuse.lookup(key, list(ops))
+        to_measure = [op for op in ops if op.id not in found]
+        result, files = SweepResult({}), None
+        if to_measure:
+            result, files = measure_with_progress(
+                entry, to_measure, run_settings(cfg, model.device), ctx.output_dir / "protocol",
+                f"{entry.name}_{extraction.model_name}", cfg.quiet,
+            )  # fmt: skip
+            reuse.remember(key, to_measure, result, cfg.measure.warmup, child.run_id)
+        combined = SweepResult(
+            {**result.measurements, **{i: Measurement(i, r.stats) for i, r in found.items()}},
+            run_error=result.run_error,
+            stderr=result.stderr,
+            interrupted=result.interrupted,
+            extra={**result.extra, "reused": tuple(found)},
+            interference=result.interference,  # the record of what this run measured
+        )
+        results = log_sweep(child, cfg, ops, combined, files, run_name)
+        results.insert(4, "pass", [model.unfolding.pass_of(op.id) for op in ops])
+        results["reused_from_run"] = [found[op.id].run_id if op.id in found else "" for op in ops]
+        child.log_table(results, "results.csv")
+        child.log_metrics({"operations_reused": float(len(found)), "operations_new": float(len(to_measure))})
+        print_summary(results, run_name, child.run_id, result)
+        tally.add(entry.name, results, result)
+        reuse.reused += len(found)
+        reuse.measured += len(to_measure)
+        reuse.saved_s += sum(r.cost_s for r in found.values())
+        raise_for_result(entry.name, result)
+
+
+def _log_model_totals(
+    parent: Any, coverage: pd.DataFrame, tally: _ModelTally, reuse: Reuse, before: tuple[int, int, float]
+) -> pd.DataFrame:
+    """The model's run: its coverage, totals over benchmarks, interference and reuse; returns the coverage."""
+    parent.log_table(coverage, "coverage.csv")
+    interference, noisy = interference_record(tally.reports)
+    if tally.reports:
+        parent.set_tags(noisy)
+    measured, missing = tally.measured, tally.missing
+    busy = sum(int(frame["machine_busy"].eq(True).sum()) for frame in measured if "machine_busy" in frame)
+    total = {"partial_model_total_ms" if missing else "model_total_ms": tally.total_ms}
+    reused, new, saved = reuse.reused - before[0], reuse.measured - before[1], reuse.saved_s - before[2]
+    parent.log_metrics({
+        **total, "operations_missing": float(missing), "totals_complete": float(not missing), **interference,
+        **({"operations_machine_busy": float(busy)} if tally.reports else {}),
+        **time_by_op_type(measured), **time_share_metrics(coverage),
+        "operations_reused": float(reused), "operations_new": float(new), "reuse_saved_s": saved,
+    })  # fmt: skip
+    if measured:
+        parent.log_table(pd.concat(measured, ignore_index=True), "model_results.csv")
+    print(
+        f"\nMLflow run {parent.run_id} ({parent.target.uri}, experiment {parent.target.experiment}); "
+        f"sum over benchmarks of median x count: {model_total_text(tally.total_ms, missing)}; operations: "
+        f"{new} measured, {reused} reused (about {saved:.1f} s of measuring saved)"
+    )
+    return coverage
 
 
 def model_total_text(total_ms: float, missing: int) -> str:

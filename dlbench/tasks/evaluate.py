@@ -51,7 +51,7 @@ from dlbench.onnx.footprint import placed_step
 from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.patterns import fuse_exported_gelus
 from dlbench.onnx.step import graph_facts, training_step, with_dtype_costs
-from dlbench.operators.collectives import measure_allreduce, measure_gradient_copies, sweep_paths
+from dlbench.operators.collectives import measure_allreduce, measure_gradient_copies
 from dlbench.operators.footprint_file import with_rotation_columns
 from dlbench.operators.launch import FRAMEWORK_OUT, read_launch_ms
 from dlbench.operators.measure import measure_with_progress
@@ -113,9 +113,7 @@ def measure_framework(
     result, files = measure_with_progress(
         entries[0], operations, run_settings(cfg, device), ctx.output_dir / "protocol", "framework", cfg.quiet
     )
-    for path in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
-        if path is not None and path.exists():
-            run.log_artifact(path, "protocol")
+    run.log_files(files.existing(), "protocol")
     machine.add(entries[0].name, result, operations)
     if result.interrupted:
         raise KeyboardInterrupt(f"{entries[0].name} was interrupted")
@@ -359,10 +357,8 @@ def log_training_files(run, trained: TrainingRun, workdir: Path) -> None:
     """The trained network, the profile's tables, traces and tensor records, the script's stderr, as artifacts."""
     assert trained.model_path is not None
     run.log_artifact(trained.model_path, "model")
-    for path in sorted(trained.profile_dir.glob("*.csv")) + sorted(trained.profile_dir.glob("*.json*")):
-        run.log_artifact(path, "profile")
-    if (workdir / "stderr.txt").exists():
-        run.log_artifact(workdir / "stderr.txt")
+    run.log_files(sorted(trained.profile_dir.glob("*.csv")) + sorted(trained.profile_dir.glob("*.json*")), "profile")
+    run.log_files([workdir / "stderr.txt"])
 
 
 def measure_data_parallel(cfg: DlbenchConfig, ctx: AppContext, registry: Registry, run, ran_with, frame, terms, ranks):
@@ -372,8 +368,7 @@ def measure_data_parallel(cfg: DlbenchConfig, ctx: AppContext, registry: Registr
     settings, workdir = run_settings(cfg, device), ctx.output_dir / "protocol"
     allreduce, _, files = measure_allreduce(registry, device, plan.allreduce_sizes, ranks, settings, workdir, cfg.quiet)
     copies, copy_files = measure_gradient_copies(registry, device, plan.copy_elements, settings, workdir, cfg.quiet)
-    for path in (*sweep_paths(files), *copy_files):
-        run.log_artifact(path, "protocol")
+    run.log_files([*files.existing(), *copy_files], "protocol")
     threads = int(ran_with.get("threads", 0) or 0)
     hides, reason = ddp_model.communication_hides(cfg.evaluate.communication_overlap, device, ranks, threads,
                                                   physical_cores())  # fmt: skip

@@ -225,9 +225,7 @@ def _measure_engine(
         result, files = measure_with_progress(
             entry, ops, settings, ctx.output_dir / "protocol", f"{entry.name}_inference", quiet
         )
-        for path_ in (files.input_csv, files.output_csv, files.stderr_txt, files.samples_csv):
-            if path_ is not None and path_.exists():
-                run.log_artifact(path_, "protocol")
+        run.log_files(files.existing(), "protocol")
         if result.interrupted:
             raise KeyboardInterrupt(f"{entry.name} was interrupted")
         for op in ops:

@@ -108,8 +108,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
             tail = meaningful_tail(result.stderr, 15)
             raise TaskFailed(f"training benchmark {entry.name}: {problem}" + (f"\n{tail}" if tail else ""))
         for rank_dir in sorted(profile_dir.glob("rank*")):  # a data-parallel script's other ranks (rank 0 logged)
-            for path in sorted(p for p in rank_dir.iterdir() if p.is_file()):
-                run.log_artifact(path, f"profile/{rank_dir.name}")
+            run.log_files(sorted(p for p in rank_dir.iterdir() if p.is_file()), f"profile/{rank_dir.name}")
         run.set_tags({NOTE_TAG: training_note(run.run_name, run.data().metrics)})
         if not cfg.quiet:
             print(result.stdout.strip().splitlines()[-1] if result.stdout.strip() else "")

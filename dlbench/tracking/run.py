@@ -189,6 +189,12 @@ class TrackedRun:
     def log_artifact(self, path: Path, artifact_path: str | None = None) -> None:
         with_retry(lambda: self.client.log_artifact(self.run_id, str(path), artifact_path), "log artifact")
 
+    def log_files(self, paths: Iterable[Path | None], artifact_path: str | None = None) -> None:
+        """Each of ``paths`` that exists (a sweep's protocol files: :meth:`SweepFiles.existing`, a profile)."""
+        for path in paths:
+            if path is not None and path.exists():
+                self.log_artifact(path, artifact_path)
+
     def log_text(self, text: str, artifact_file: str) -> None:
         clean = scrub(text)
         with_retry(lambda: self.client.log_text(self.run_id, clean, artifact_file), "log text")

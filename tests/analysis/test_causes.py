@@ -8,7 +8,15 @@ import math
 import pandas as pd
 import pytest
 
-from dlbench.analysis.causes import flags_of, interpret, reproduces, retime_items, with_causes_ms
+from dlbench.analysis.causes import (
+    cause_lines,
+    flags_of,
+    interpret,
+    reproduces,
+    retime_items,
+    unrecorded,
+    with_causes_ms,
+)
 from dlbench.analysis.match import MatchResult
 from dlbench.core.outliers import OutliersConfig
 
@@ -73,3 +81,26 @@ def test_only_flagged_calls_of_slower_outliers_are_retimed_and_reproduced_ones_a
     assert with_causes_ms(causes, results, items) == pytest.approx((1.5 - 0.25) * 2), "two calls per step"
     results = [{"key": items[0]["key"], "ms": {"plain": 0.25, "strides": 0.26}}]
     assert with_causes_ms(interpret(items, results, outliers, OutliersConfig()), results, items) is None
+
+
+def test_an_outlier_whose_calls_were_not_recorded_says_so_instead_of_clearing_its_inputs():
+    outliers = pd.DataFrame([{"id": 7, "name": "SGD_N1", "op_type": "SGD", "pass": "optimizer",
+                              "direction": "slower", "ratio": 3.0, "predicted_ms": 7.0}])  # fmt: skip
+    rows = pd.DataFrame([{"name": "dlbench::optimizer_step#SGD", "input_shapes": "[]", "time_us": 21000.0}])
+    match = MatchResult(rows, {7: 21000.0}, ((0, 7, 21000.0),))
+    missing = unrecorded(outliers, match, [call("aten::mul", tensor([8, 4]))])
+    assert missing == {7: ["dlbench::optimizer_step#SGD"]}
+    empty = interpret([], [], outliers, OutliersConfig())
+    assert "not checked" in cause_lines(empty, outliers, missing)[7][0]
+    assert "as benchmarked" in cause_lines(empty, outliers, {})[7][0]
+
+
+def test_outliers_on_a_machine_busier_than_its_cores_come_with_a_warning():
+    from dlbench.analysis.causes import busy_machine_lines
+
+    found = pd.DataFrame([{"id": 1}])
+    busy = {"load_average_start": 8.1, "covered_ratio_training_to_benchmark": 3.3}
+    assert "busy (load average 8.1 on 2 cores" in busy_machine_lines(found, busy, cores=2)[0]
+    assert "3.3x" in busy_machine_lines(found, busy, cores=2)[0]
+    assert busy_machine_lines(found, {"load_average_start": 1.5}, cores=2) == []
+    assert busy_machine_lines(found.iloc[:0], busy, cores=2) == []

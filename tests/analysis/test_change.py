@@ -121,3 +121,41 @@ def test_the_same_seed_gives_the_same_interval():
     a, b = samples("x", rng.lognormal(0, 0.1, 30), 3), samples("x", rng.lognormal(0, 0.1, 30), 3)
     first, second = compare_samples(a, b), compare_samples(a, b)
     pd.testing.assert_frame_equal(first, second)
+
+
+def test_samples_split_into_the_rounds_they_came_from_and_set_aside_rounds_hold_none():
+    from dlbench.analysis.sides import blocks_from_rounds
+
+    # as operators/rounds.py writes them: the samples of the kept rounds, in order; round 2 was set aside
+    samples = pd.DataFrame({"id": [0] * 5 + [1] * 3, "ms": [1.0, 1.1, 3.0, 3.1, 3.2, 7.0, 7.1, 7.2]})
+    rounds = pd.DataFrame({"id": [0, 0, 0, 1, 1], "round": ["1", "2", "3", "1", "again"],
+                           "reps": [2, 4, 3, 9, 3], "kept": [1, 0, 1, 0, 1]})  # fmt: skip
+    blocks = blocks_from_rounds(samples, rounds, "run")
+    assert blocks[blocks["id"] == 0]["block"].tolist() == ["run:1", "run:1", "run:3", "run:3", "run:3"]
+    assert blocks[blocks["id"] == 1]["block"].tolist() == ["run:again"] * 3
+    # rounds that do not account for the samples: one block, not a guess
+    assert set(blocks_from_rounds(samples, rounds.assign(reps=1), "run")["block"]) == {"run:1"}
+
+
+@pytest.mark.parametrize(
+    ("override", "message"),
+    [({"threshold": 1.5}, "compare.threshold"), ({"confidence": 0.2}, "compare.confidence"),
+     ({"fail_on": "worse"}, "compare.fail_on='worse'"), ({"fail_on": "slower"}, "needs compare.baseline")],
+)  # fmt: skip
+def test_compare_settings_are_refused_at_compose_time_with_the_key(override: dict, message: str):
+    from dlbench.config import CompareConfig
+
+    with pytest.raises(ValueError, match=message.replace("(", r"\(")):
+        CompareConfig(**override)
+
+
+def test_the_reference_probe_says_how_much_slower_the_machine_ran_on_b():
+    from dlbench.analysis.sides import probe_ratio
+
+    runs = pd.DataFrame(
+        {"run_id": ["a", "b", "c"], "drift/gemm/before_ms": [10.0, 15.0, None],
+         "drift/gemm/after_ms": [10.0, 15.0, None], "drift/conv/before_ms": [4.0, 4.0, None]}
+    )  # fmt: skip
+    # gemm 1.5x, conv 1.0x: their geometric mean over the readings (1.5 * 1.5 * 1.0) ** (1 / 3)
+    assert probe_ratio(runs, ["a"], ["b"]) == pytest.approx(1.5 ** (2 / 3))
+    assert np.isnan(probe_ratio(runs, ["a"], ["c"]))  # B logged no probe

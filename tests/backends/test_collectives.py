@@ -144,7 +144,8 @@ def direct_allreduce_ms(script: Path, message: int, calls: int) -> float:
 def test_reported_allreduce_time_agrees_with_torch_distributed_timed_directly(tmp_path: Path) -> None:
     """16 MiB: a call of several milliseconds, far above timer and barrier noise. Both are measured five times,
     alternately, so a busy spell of the shared machine falls on both. Another program's load only adds time,
-    so the least disturbed attempt of each (the smallest median) is compared: within 20%."""
+    so the least disturbed attempt of each (the smallest median) is compared: within a factor of 1.5 either way (a
+    busy spell can fall on one side's best attempt; a wrong byte count or a missing barrier is a factor of 2+)."""
     message, calls = 16 << 20, 15
     script = tmp_path / "direct.py"
     script.write_text(DIRECT_TIMING)
@@ -156,7 +157,7 @@ def test_reported_allreduce_time_agrees_with_torch_distributed_timed_directly(tm
         assert done.returncode == 0, done.stderr
         ours.append(parse_output(output_path_for(tmp_path / "AllReduce.csv")).rows[0].median_ms)
         direct.append(direct_allreduce_ms(script, message, calls))
-    assert min(ours) == pytest.approx(min(direct), rel=0.2), (ours, direct)
+    assert 1 / 1.5 < min(ours) / min(direct) < 1.5, (ours, direct)
 
 
 def test_more_nccl_ranks_than_gpus_is_a_configuration_error_before_any_rank_starts(tmp_path: Path) -> None:

@@ -1,6 +1,6 @@
 """Re-timing a recorded call with the properties its tensors had in training, beside plain inputs: the tensors
-built as recorded, and slowdowns that are many-fold on any CPU (a transposed elementwise operand, float64
-transcendentals) reproduced by the real re-timing process."""
+built as recorded, and slowdowns many-fold on this 2-core EPYC (a transposed elementwise operand, float64
+GELU) reproduced by the real re-timing process."""
 
 from __future__ import annotations
 
@@ -37,18 +37,19 @@ def test_a_transposed_operand_and_a_float64_leak_are_reproduced_many_fold(tmp_pa
     n = 1024
     add = {"name": "aten::add", "overload": "Tensor", "shapes": [[n, n], [n, n]], "calls": 1,
            "args": [{"tensor": record([n, n], [n, 1])}, {"tensor": record([n, n], [1, n])}], "kwargs": {}}  # fmt: skip
-    exp = {"name": "aten::exp", "overload": "default", "shapes": [[n, n]], "calls": 1,
-           "args": [{"tensor": record([n, n], [n, 1], dtype="float64")}], "kwargs": {}}  # fmt: skip
+    gelu = {"name": "aten::gelu", "overload": "default", "shapes": [[n, n]], "calls": 1,
+            "args": [{"tensor": record([n, n], [n, 1], dtype="float64")}], "kwargs": {}}  # fmt: skip
     opaque = {"name": "aten::add", "overload": "Tensor", "shapes": [], "calls": 1,
               "args": [{"repr": "<object>"}], "kwargs": {}}  # fmt: skip
     items = [
         {"key": "add", "call": add, "flags": ["strides"], "variants": ["plain", "strides"]},
-        {"key": "exp", "call": exp, "flags": ["dtype"], "variants": ["plain", "dtype"]},
+        {"key": "gelu", "call": gelu, "flags": ["dtype"], "variants": ["plain", "dtype"]},
         {"key": "opaque", "call": opaque, "flags": ["strides"], "variants": ["plain", "strides"]},
     ]
     results = {r["key"]: r for r in retime_calls(items, tmp_path, threads=1, dtype="float32", timeout=300)}
-    add_ms, exp_ms = results["add"]["ms"], results["exp"]["ms"]
-    # about 40x and 8x on a quiet 2-core EPYC; asked for much less, as ratios of calls timed interleaved
+    add_ms, gelu_ms = results["add"]["ms"], results["gelu"]["ms"]
+    # about 40x and 30x or more on a 2-core EPYC (float64 erf is not vectorised); asked for much less, as
+    # ratios of calls timed interleaved
     assert add_ms["strides"] > 2 * add_ms["plain"], add_ms
-    assert exp_ms["dtype"] > 2 * exp_ms["plain"], exp_ms
+    assert gelu_ms["dtype"] > 2 * gelu_ms["plain"], gelu_ms
     assert "cannot be rebuilt" in results["opaque"]["error"]

@@ -160,22 +160,8 @@ def pool_reference(kind: str, x: torch.Tensor, p: dict[str, float]) -> torch.Ten
     return avg_pool_excluding_pads(x, p)
 
 
-def pool_case(kind: str, pads: str) -> object:
-    if kind == "avg" and pads == "asymmetric":
-        return pytest.param(
-            kind,
-            pads,
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="asymmetric pads are applied as zeros before the timed call, so the border windows divide "
-                "by the full window, not by the input elements they cover (ONNX count_include_pad=0)",
-            ),
-        )
-    return (kind, pads)
-
-
 @pytest.mark.parametrize("mode", [0, 1])
-@pytest.mark.parametrize(("kind", "pads"), [pool_case(k, p) for k in ("max", "avg") for p in sorted(POOL_PADS)])
+@pytest.mark.parametrize(("kind", "pads"), [(k, p) for k in ("max", "avg") for p in sorted(POOL_PADS)])
 def test_pooling_forward_and_backward(kind: str, pads: str, mode: int) -> None:
     torch.manual_seed(mode)
     p = {**POOL, **POOL_PADS[pads], "mode": mode}
@@ -246,3 +232,26 @@ def test_layernorm_forward_and_backward_over_the_trailing_axes(axis: int) -> Non
     close(dx, x.grad)
     close(dweight, weight.grad)
     close(dbias, bias.grad)
+
+
+@pytest.mark.parametrize("pads", sorted(POOL_PADS))
+def test_average_pool_matches_onnxruntimes_average_pool(pads: str) -> None:
+    """The ONNX reference itself: onnxruntime's AveragePool (count_include_pad=0) on the same input."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    p = {**POOL, **POOL_PADS[pads], "mode": 0}
+    fn = tk.KERNELS["AveragePool"](p, CPU, torch.float32)
+    x = unpadded(captured(fn)["x"], p).contiguous()
+    node = helper.make_node(
+        "AveragePool", ["x"], ["y"], kernel_shape=[int(p["kernel_shape_0"]), int(p["kernel_shape_1"])],
+        strides=[int(p["strides_0"]), int(p["strides_1"])], pads=[int(p[f"pads_{i}"]) for i in range(4)],
+    )  # fmt: skip
+    graph = helper.make_graph(
+        [node], "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )  # fmt: skip
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    (expected,) = session.run(None, {"x": x.numpy()})
+    torch.testing.assert_close(fn(), torch.from_numpy(expected), rtol=1e-5, atol=1e-6)

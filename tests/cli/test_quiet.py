@@ -27,7 +27,7 @@ def test_a_first_run_in_a_new_store_is_quiet_and_says_once_how_to_open_the_ui(tm
     line = last_line(first.stdout)
     assert line.startswith(f"dlbench: run relu-torch_relu-bs1-fp32fw-{short_host()} ({run.info.run_id[:8]}) finished")
     assert f"experiment 'dlbench' in sqlite:///{tmp_path / 'mlflow.db'}" in line
-    assert "`mlflow ui`" in line
+    assert "`mlflow ui --backend-store-uri sqlite:///mlflow.db` (run here)" in line
 
     second = run_dlbench("+benchmark=relu", "batch_size=1", *FAST, cwd=tmp_path)
     assert second.returncode == 0, second.stderr

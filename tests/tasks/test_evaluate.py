@@ -52,10 +52,13 @@ def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_
     assert math.isfinite(m["prediction_error_pct"])
     assert 0 <= m["unexplained_time_pct"] <= 100
     assert m["step_time_profiled_ms"] > 0
+    changes = []
     for reference in ("reference_gemm_512", "reference_conv_3x3"):  # the machine's speed, before and after
         before, after = m[f"drift/{reference}/before_ms"], m[f"drift/{reference}/after_ms"]
         assert before > 0 and after > 0
-        assert abs(m["machine_drift_pct"]) >= abs(after / before - 1) * 100 - 0.1
+        changes.append((after / before - 1) * 100)
+    # the drift is what the references agree on: never beyond the largest of their own changes
+    assert abs(m["machine_drift_pct"]) <= max(abs(c) for c in changes) + 0.1
     assert ("dlbench.drifted" in run.data.tags) == (abs(m["machine_drift_pct"]) > 10)
     # evaluate.caches (default step): what the benchmarks ran with is logged as the measurement setting, and
     # each operation's footprint in the step with the copies its benchmark really rotated over
@@ -89,7 +92,8 @@ def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_
     operator_terms = terms[["forward", "backward", "loss", "optimizer"]].sum()
     assert abs(predicted - operator_terms) <= 1e-6 * predicted
     assert abs(terms.sum() - m["step_time_predicted_ms"]) <= 5e-4 * terms.sum()  # metrics keep 4 significant digits
-    assert 0 <= terms["framework: engine"] < 0.2 * terms.sum() and "framework: recording" in terms
+    # the engine's dispatch costs less than the operators it dispatches (a ratio, as load inflates both)
+    assert 0 <= terms["framework: engine"] < operator_terms and "framework: recording" in terms
     per_type = table(store, run.info.run_id, "op_types.csv").set_index("op_type")
     assert {"Gemm", "Relu", "SoftmaxCrossEntropyLoss", "SGD"} <= set(per_type.index)
     assert bool(per_type.loc["SGD", "covered"])

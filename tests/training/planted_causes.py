@@ -26,19 +26,18 @@ class Planted(nn.Module):
     def __init__(self, features: int, hidden: int, batch: int, causes: set[str]) -> None:
         super().__init__()
         self.causes = causes
-        self.first = nn.Linear(features, hidden)
-        self.second = nn.Linear(hidden, hidden)
-        self.head = nn.Linear(hidden, 10)
+        self.first = nn.Linear(features, hidden)  # wide, so the gain's transposed view is far from the cache
+        self.second = nn.Linear(hidden, features)
+        self.head = nn.Linear(features, 10)
         # (hidden, batch): used as its transposed view, strides (1, batch), when the cause is planted
         shape = (hidden, batch) if "transposed" in causes else (batch, hidden)
         self.gain = nn.Parameter(torch.ones(shape))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = torch.relu(self.first(x))
-        h = h * (self.gain.t() if "transposed" in self.causes else self.gain)
-        h = self.second(h)
+        h = self.first(x)
         h = F.gelu(h.double()).float() if "float64" in self.causes else F.gelu(h)
-        return self.head(h)
+        h = h * (self.gain.t() if "transposed" in self.causes else self.gain)
+        return self.head(torch.relu(self.second(h)))
 
 
 def _busy_worker(threads: int, ready: Any, stop: Any) -> None:

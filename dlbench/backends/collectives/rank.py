@@ -22,7 +22,7 @@ from dlbench.backends.timing import TimingSettings
 from dlbench.core import dtypes
 from dlbench.core.collectives import bandwidths_gbs
 from dlbench.core.descriptors import DESCRIPTORS
-from dlbench.core.ranks import rank_place, threads_per_rank
+from dlbench.core.ranks import RankPlace, rank_place, threads_per_rank
 from dlbench.core.settings import from_environment
 from dlbench.core.values import TimeStats, median_rel_ci
 from dlbench.operators.protocol import (
@@ -100,6 +100,39 @@ def time_row(
     return samples
 
 
+def _environment(place: RankPlace) -> tuple[torch.dtype, str]:
+    """The dtype and device from the ``DLBENCH_*`` variables, this rank's threads set; ``ValueError`` says
+    what is wrong (a dtype not in the list, CUDA asked for where torch sees none, a rank without its GPU)."""
+    run = from_environment(("threads", "dtype", "device"))
+    dtype = DTYPES.get(str(run["dtype"]))
+    if dtype is None:
+        raise ValueError(f"DLBENCH_DTYPE={run['dtype']!r}: use one of {', '.join(DTYPES)}")
+    device_name = str(run["device"])
+    if device_name == "auto":
+        device_name = "cuda" if torch.cuda.is_available() else "cpu"
+    if device_name == "cuda" and not torch.cuda.is_available():
+        raise ValueError("DLBENCH_DEVICE=cuda but torch sees no CUDA device")
+    if device_name == "cuda" and place.local_rank >= torch.cuda.device_count():  # NCCL: one GPU per rank
+        raise ValueError(f"local rank {place.local_rank} has no GPU of its own ({torch.cuda.device_count()} "
+                         "visible): run at most one rank per GPU")  # fmt: skip
+    torch.set_num_threads(threads_per_rank(int(run["threads"]), place.local_world_size))
+    return dtype, device_name
+
+
+def join_process_group(
+    device_name: str, rank: int, world: int, local_rank: int
+) -> tuple[torch.device, object, Callable[[], None]]:
+    """This rank in its process group: its device, the group that runs barriers and agreements (gloo, on the
+    host), and the device's synchronize. On CUDA: NCCL on the local rank's own GPU."""
+    if device_name == "cuda":
+        device = torch.device("cuda", local_rank)
+        torch.cuda.set_device(device)
+        dist.init_process_group("nccl", rank=rank, world_size=world, **bound_device(device))
+        return device, dist.new_group(backend="gloo"), torch.cuda.synchronize  # agreement beside NCCL's streams
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(minutes=10))
+    return torch.device("cpu"), dist.group.WORLD, lambda: None
+
+
 def main(argv: list[str]) -> int:
     if len(argv) != 2 or argv[0] not in COLLECTIVES:
         print(
@@ -112,36 +145,15 @@ def main(argv: list[str]) -> int:
     if place is None:
         print("dlbench collectives --rank: set RANK and WORLD_SIZE (or run as a Slurm task)", file=sys.stderr)
         return 2
-    rank, world, local_rank = place.rank, place.world_size, place.local_rank
-    run = from_environment(("threads", "dtype", "device"))
-    dtype = DTYPES.get(str(run["dtype"]))
-    if dtype is None:
-        print(f"DLBENCH_DTYPE={run['dtype']!r}: use one of {', '.join(DTYPES)}", file=sys.stderr)
+    rank, world = place.rank, place.world_size
+    try:
+        dtype, device_name = _environment(place)
+    except ValueError as err:
+        print(f"dlbench collectives: {err}", file=sys.stderr)
         return 2
-    device_name = str(run["device"])
-    if device_name == "auto":
-        device_name = "cuda" if torch.cuda.is_available() else "cpu"
-    if device_name == "cuda" and not torch.cuda.is_available():
-        print("dlbench collectives: DLBENCH_DEVICE=cuda but torch sees no CUDA device", file=sys.stderr)
-        return 2
-    torch.set_num_threads(threads_per_rank(int(run["threads"]), place.local_world_size))
     settings = TimingSettings.from_env()
     rows = read_input(input_path)
-    if device_name == "cuda":
-        if local_rank >= torch.cuda.device_count():  # NCCL: one GPU per rank, never two ranks on one
-            print(f"dlbench collectives: local rank {local_rank} has no GPU of its own ({torch.cuda.device_count()} "
-                  "visible): run at most one rank per GPU", file=sys.stderr)  # fmt: skip
-            return 2
-        device = torch.device("cuda", local_rank)
-        torch.cuda.set_device(device)
-        dist.init_process_group("nccl", rank=rank, world_size=world, **bound_device(device))
-        control = dist.new_group(backend="gloo")  # barriers and agreement on the host, beside NCCL's streams
-        sync: Callable[[], None] = torch.cuda.synchronize
-    else:
-        device = torch.device("cpu")
-        dist.init_process_group("gloo", rank=rank, world_size=world, timeout=timedelta(minutes=10))
-        control = dist.group.WORLD
-        sync = lambda: None  # noqa: E731
+    device, control, sync = join_process_group(device_name, rank, world, place.local_rank)
     failed = 0
     out = output_path_for(input_path).open("w", encoding="utf-8") if rank == 0 else None
     samples_out = samples_path_for(input_path).open("w", encoding="utf-8") if rank == 0 else None

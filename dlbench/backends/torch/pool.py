@@ -36,6 +36,8 @@ def pool_kernel(kind: str) -> Kernel:
             return lambda: aten.max_pool2d_with_indices_backward(
                 grad, x, kernel, strides, padding, [1, 1], False, indices
             )
+        if x.shape[2:] != (h, w):  # padded beforehand (asymmetric pads): divide by the input elements covered
+            return _avg_pool_prepadded(x, (h, w), pads, kernel, strides, mode)
         if mode in (0, 2):  # the same kernel in training and inference: nothing is kept for the backward
             # ONNX's AveragePool (count_include_pad=0 by default) and oneDNN exclude the padding
             return lambda: F.avg_pool2d(x, kernel, strides, padding, count_include_pad=False)
@@ -43,6 +45,19 @@ def pool_kernel(kind: str) -> Kernel:
         return lambda: aten.avg_pool2d_backward(grad, x, kernel, strides, padding, False, False, None)
 
     return kernel_fn
+
+
+def _avg_pool_prepadded(
+    x: torch.Tensor, size: tuple[int, int], pads: list[int], kernel: list[int], strides: list[int], mode: int
+) -> Callable[[], object]:
+    """ONNX AveragePool (count_include_pad=0) of an input padded once outside the timed call: each window's sum
+    divided by the input elements it covers (a border window covers fewer), forward or backward."""
+    ones = torch.ones((1, 1, *size), device=x.device, dtype=x.dtype)
+    counts = F.avg_pool2d(F.pad(ones, (pads[1], pads[3], pads[0], pads[2])), kernel, strides, divisor_override=1)
+    if mode in (0, 2):
+        return lambda: F.avg_pool2d(x, kernel, strides, divisor_override=1) / counts
+    grad = torch.randn_like(F.avg_pool2d(x, kernel, strides, divisor_override=1))
+    return lambda: aten.avg_pool2d_backward(grad / counts, x, kernel, strides, [0, 0], False, True, 1)
 
 
 def global_avg_pool(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
