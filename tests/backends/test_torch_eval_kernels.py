@@ -111,6 +111,14 @@ def test_the_torch_module_of_an_exported_eval_module_computes_what_the_module_do
     torch.testing.assert_close(out, expected, rtol=1e-5, atol=1e-6)
     assert ran["BatchNormalization"] == 2 and ran["MaxPool"] == 1  # the eval kernels run, not folded away
     assert "Dropout" not in ran  # inference Dropout is the identity
+    # a stand-in for a missing torchvision lives only while onnx2torch is imported: a library looking torchvision
+    # up afterwards in the same process (transformers does, with find_spec) finds what is really installed
+    import importlib.util
+    import sys
+
+    stand_in = sys.modules.get("torchvision")
+    assert stand_in is None or getattr(stand_in, "__spec__", None) is not None
+    importlib.util.find_spec("torchvision")  # raised "torchvision.__spec__ is None" with the stand-in left behind
 
 
 def test_an_exported_transformer_encoder_runs_as_a_module_and_agrees_with_onnxruntime(tmp_path: Path) -> None:

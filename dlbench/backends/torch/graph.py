@@ -8,6 +8,8 @@ from __future__ import annotations
 import sys
 import types
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -21,23 +23,36 @@ class UnsupportedModel(Exception):
     """The converter cannot build a module of this model (an op it has no converter for, another domain)."""
 
 
-def _torchvision_stand_in() -> None:
+@contextmanager
+def _torchvision_stand_in() -> Iterator[None]:
     """onnx2torch imports torchvision for two detection ops only (NonMaxSuppression, RoiAlign). Where no
     torchvision that matches the installed torch can be imported (PyPI has no CPU build of it), a stand-in
-    lets the converter load; a model with one of those two ops is then refused when it runs them."""
+    lets the converter load; a model with one of those two ops is then refused when it runs them. The stand-in
+    is in ``sys.modules`` only while onnx2torch is imported (it keeps what it took): other libraries in the same
+    process (transformers looks torchvision up with ``find_spec``) never see it."""
     try:
         import torchvision  # noqa: F401
     except Exception:  # noqa: BLE001 - a torchvision built for another torch fails with RuntimeError, not ImportError
-        for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
-            del sys.modules[name]
+        pass
+    else:
+        yield
+        return
+    for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
+        del sys.modules[name]
 
-        def missing(*_args: object, **_kwargs: object) -> None:
-            raise UnsupportedModel("NonMaxSuppression and RoiAlign need torchvision, which is not installed")
+    def missing(*_args: object, **_kwargs: object) -> None:
+        raise UnsupportedModel("NonMaxSuppression and RoiAlign need torchvision, which is not installed")
 
-        package, ops = types.ModuleType("torchvision"), types.ModuleType("torchvision.ops")
-        ops.nms = ops.roi_align = ops.batched_nms = missing  # type: ignore[attr-defined]
-        package.ops = ops  # type: ignore[attr-defined]
-        sys.modules["torchvision"], sys.modules["torchvision.ops"] = package, ops
+    package, ops = types.ModuleType("torchvision"), types.ModuleType("torchvision.ops")
+    ops.nms = ops.roi_align = ops.batched_nms = missing  # type: ignore[attr-defined]
+    package.ops = ops  # type: ignore[attr-defined]
+    sys.modules["torchvision"], sys.modules["torchvision.ops"] = package, ops
+    try:
+        yield
+    finally:
+        for name, module in (("torchvision.ops", ops), ("torchvision", package)):
+            if sys.modules.get(name) is module:
+                del sys.modules[name]
 
 
 def _static_shapes(model: Any) -> dict[str, tuple[int, ...]]:
@@ -140,12 +155,12 @@ def torch_module(model: Any) -> tuple[Any, dict[str, int]]:
     in order, and the nodes it runs per call by op type. Raises :class:`UnsupportedModel` naming the ops
     the converter has no converter for."""
     folded = fold_constants(model)
-    _torchvision_stand_in()
     try:
-        import onnx2torch
+        with _torchvision_stand_in():
+            import onnx2torch
+            from onnx2torch.node_converters import get_converter
     except ImportError as err:
         raise UnsupportedModel("onnx2torch is not installed: pip install --no-deps 'onnx2torch>=1.5.15'") from err
-    from onnx2torch.node_converters import get_converter
 
     opsets = {i.domain or "": int(i.version) for i in folded.opset_import}
     missing = set()
