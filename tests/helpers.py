@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
+import urllib.request
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -168,3 +170,21 @@ def live_processes_with(marker: str, settle_s: float = 5.0) -> list:
         if not found or time.monotonic() > deadline:
             return found
         time.sleep(0.05)
+
+
+def wait_for_health(url: str, server: subprocess.Popen, log: Path, timeout_s: float, what: str) -> None:
+    """Until an MLflow server or UI at ``url`` answers ``/health``; fails the test with the tail of its ``log``
+    when it exits or ``timeout_s`` passes."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            pass
+        if server.poll() is not None or time.monotonic() > deadline:
+            import pytest
+
+            pytest.fail(f"{what} did not come up: {log.read_text()[-3000:]}")
+        time.sleep(1)

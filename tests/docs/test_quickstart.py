@@ -12,12 +12,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
-from helpers import REPO, clean_env, mlflow_runs
+from helpers import REPO, clean_env, mlflow_runs, wait_for_health
 
 QUICKSTART = REPO / "docs" / "quickstart.md"
 SERVERS = (("mlflow", "ui"), ("mlflow", "server"))
@@ -59,20 +58,6 @@ def post_json(url: str, body: dict) -> dict:
         return json.loads(response.read())
 
 
-def wait_for_health(url: str, server: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + SERVER_START_S
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            pass
-        if server.poll() is not None or time.monotonic() > deadline:
-            pytest.fail(f"{url} did not come up: {log.read_text()[-3000:]}")
-        time.sleep(1)
-
-
 def check_server(argv: list[str], folder: Path) -> None:
     """Start the server on a free port (another may hold the default one), read the runs of the folder's store
     through its REST API, stop it."""
@@ -85,7 +70,7 @@ def check_server(argv: list[str], folder: Path) -> None:
         )  # fmt: skip
         url = f"http://127.0.0.1:{port}"
         try:
-            wait_for_health(url, server, log)
+            wait_for_health(url, server, log, SERVER_START_S, url)
             experiment = post_json(f"{url}/api/2.0/mlflow/experiments/search", {"max_results": 100})
             ids = [e["experiment_id"] for e in experiment["experiments"] if e["name"] == "dlbench"]
             assert ids, f"{' '.join(argv)} does not serve the experiment dlbench: {experiment}"

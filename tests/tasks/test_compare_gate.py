@@ -14,8 +14,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from io import StringIO
 from pathlib import Path
@@ -23,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
-from helpers import FAST, REPO, Store, artifact_text, clean_env, mlflow_runs, run_dlbench
+from helpers import FAST, REPO, Store, artifact_text, clean_env, mlflow_runs, run_dlbench, wait_for_health
 
 from dlbench.tracking.run import TrackedRun
 from dlbench.tracking.store import TrackingTarget
@@ -159,17 +157,7 @@ def mlflow_ui(uri: str, root: Path) -> Iterator[str]:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 300
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"mlflow ui did not come up: {(root / 'ui.log').read_text()[-3000:]}")
-            time.sleep(1)
+        wait_for_health(url, server, (root / 'ui.log'), 300, "mlflow ui")
         yield url
     finally:
         os.killpg(server.pid, signal.SIGTERM)

@@ -16,7 +16,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import FAST, Store, clean_env, run_dlbench
+from helpers import FAST, Store, clean_env, run_dlbench, wait_for_health
 
 
 def _free_port() -> int:
@@ -82,17 +82,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 240
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if process.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"mlflow server did not come up: {(root / 'server.log').read_text()[-3000:]}")
-            time.sleep(1)
+        wait_for_health(url, process, (root / 'server.log'), 240, "mlflow server")
         yield Server(url)
     finally:
         os.killpg(process.pid, signal.SIGTERM)

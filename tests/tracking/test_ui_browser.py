@@ -15,13 +15,11 @@ import signal
 import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from helpers import FAST, REPO, clean_env, mlflow_runs, run_dlbench
+from helpers import FAST, REPO, clean_env, mlflow_runs, run_dlbench, wait_for_health
 
 from dlbench.tracking.naming import short_host
 
@@ -88,17 +86,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ui]:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + SERVER_START_S
-        while True:
-            try:
-                with urllib.request.urlopen(f"{url}/health", timeout=5) as response:
-                    if response.status == 200:
-                        break
-            except OSError:
-                pass
-            if server.poll() is not None or time.monotonic() > deadline:
-                pytest.fail(f"mlflow ui did not come up: {(root / 'ui.log').read_text()[-3000:]}")
-            time.sleep(1)
+        wait_for_health(url, server, (root / 'ui.log'), SERVER_START_S, "mlflow ui")
         yield Ui(root, url, sweep.stdout + training.stdout)
     finally:
         os.killpg(server.pid, signal.SIGTERM)
