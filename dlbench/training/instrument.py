@@ -20,7 +20,8 @@ Files written to the profile directory:
 - ``batch_<idx>_trace.json``: the Chrome/Perfetto trace of that batch;
 - ``summary_ops.csv``: per operator and input shapes, mean, median, std, min and max over the profiled
   batches (written after the last profiled batch, or by :func:`finish` / at exit for a partial set);
-- ``batches.csv``: the wall time of every batch, profiled or not.
+- ``batches.csv``: the wall time of every batch, profiled or not, and the minor page faults it took (a
+  profiled batch is preceded by a pad of the heap, see :mod:`dlbench.core.allocator`, so it should take none).
 
 Settings come from the arguments, else from the environment (so a runner can configure an unchanged
 script): ``DLBENCH_PROFILE_WARMUP``, ``DLBENCH_PROFILE_BATCHES``, ``DLBENCH_PROFILE_DIR`` and
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from dlbench.core.allocator import available_memory_bytes, keeps_heap, minor_faults, prefault_heap, profile_pad_bytes
 from dlbench.training.facts import RunFacts, effective_params, write_facts
 from dlbench.training.optimizers import FOLDED_COLUMNS, OptimizerRecorder, batch_folded_file, folded_rows
 from dlbench.training.profile import (
@@ -127,6 +129,7 @@ class _Timeline:
     batches: list[int] = field(default_factory=list)
     wall_s: list[float] = field(default_factory=list)
     profiled: list[bool] = field(default_factory=list)
+    faults: list[int] = field(default_factory=list)
     values: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
 
 
@@ -146,7 +149,7 @@ def _cuda_synchronize() -> None:
 class BatchScope:
     """One wrapped batch; :meth:`log` attaches values (loss, samples) to it."""
 
-    __slots__ = ("_session", "batch_idx", "_profiler", "_stats", "_start", "_values", "wall_s")
+    __slots__ = ("_session", "batch_idx", "_profiler", "_stats", "_start", "_faults", "_values", "wall_s", "faults")
 
     def __init__(self, session: ProfileSession, batch_idx: int) -> None:
         self._session = session
@@ -155,6 +158,7 @@ class BatchScope:
         self._stats: Any = None
         self._values: dict[str, float] | None = None
         self.wall_s = math.nan
+        self.faults = 0
 
     @property
     def profiled(self) -> bool:
@@ -175,6 +179,7 @@ class BatchScope:
             self._profiler = session._start_profiler()
         elif session.wants_stats(self.batch_idx):
             self._stats = session._start_stats()
+        self._faults = minor_faults()
         self._start = time.perf_counter()
         return self
 
@@ -184,6 +189,7 @@ class BatchScope:
         if profiler is not None or session.settings.sync_every_batch:
             _cuda_synchronize()
         self.wall_s = time.perf_counter() - self._start
+        self.faults = minor_faults() - self._faults
         if self._stats is not None:
             self._stats.wall_s = self.wall_s
             self._stats.__exit__(exc_type, exc, tb)
@@ -247,6 +253,8 @@ class ProfileSession:
         activities = [ProfilerActivity.CPU]
         if _cuda_in_use():
             activities.append(ProfilerActivity.CUDA)
+        if keeps_heap():  # the profiler's records would push the step's tensors onto fresh pages
+            prefault_heap(profile_pad_bytes(available_memory_bytes()))
         profiler = profile(activities=activities, record_shapes=True)
         self.profilers_created += 1
         profiler.__enter__()
@@ -262,6 +270,7 @@ class ProfileSession:
         timeline.batches.append(scope.batch_idx)
         timeline.wall_s.append(scope.wall_s)
         timeline.profiled.append(scope.profiled)
+        timeline.faults.append(scope.faults)
         if scope._values:
             for name, value in scope._values.items():
                 timeline.values.setdefault(name, []).append((step, value))
@@ -311,11 +320,11 @@ class ProfileSession:
         return path
 
     def write_batches(self) -> Path:
-        """Write ``batches.csv``: step, batch index, wall time and whether it was profiled."""
+        """Write ``batches.csv``: step, batch index, wall time, whether it was profiled, its minor page faults."""
         t = self._timeline
         path = self.settings.out_dir / BATCHES_FILE
         path.parent.mkdir(parents=True, exist_ok=True)
-        rows = zip(t.steps, t.batches, t.wall_s, (int(p) for p in t.profiled), strict=True)
+        rows = zip(t.steps, t.batches, t.wall_s, (int(p) for p in t.profiled), t.faults, strict=True)
         write_csv(path, BATCH_COLUMNS, rows)
         return path
 

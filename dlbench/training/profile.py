@@ -20,7 +20,7 @@ TIME_COLUMNS = ("self_cpu_us", "cpu_total_us", "self_device_us", "device_total_u
 PROFILE_COLUMNS = ("batch", "name", "input_shapes", "calls", *TIME_COLUMNS, "kernels")
 
 
-BATCH_COLUMNS = ("step", "batch", "wall_s", "profiled")
+BATCH_COLUMNS = ("step", "batch", "wall_s", "profiled", "minor_faults")
 
 
 SUMMARY_STATS = ("mean", "median", "std", "min", "max")
