@@ -4,6 +4,7 @@ footprint `evaluate.caches=step` chose per operation, each operation's benchmark
 table.
 
     python bench/cache_model.py --model resnet_cifar --batch-size 16 --threads 1
+    python bench/cache_model.py --model cnn_multilabel -- --config-dir bench/unlike_ours/conf   # a user's script
 
 One `task=evaluate` (caches=step) gives the step's operations, their footprints, the training profile and the
 prediction; then every embedded torch benchmark of that run is timed again three times over the very rows it
@@ -110,6 +111,7 @@ def tables(operations, times):
 
 
 def main() -> int:
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")  # the tables are the output
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", default="resnet_cifar")
     parser.add_argument("--batch-size", type=int, default=16)

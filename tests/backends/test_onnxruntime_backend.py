@@ -275,3 +275,16 @@ def test_cold_caches_are_refused_rather_than_timed_hot(sample, tmp_path: Path) -
     result, files = measure_operations(entry, sample[:1], dataclasses.replace(FAST, caches="cold"), tmp_path)
     assert not any(m.ok for m in result.measurements.values()) and "exited with status 2" in result.run_error
     assert "the onnxruntime kernels time with hot caches only" in files.stderr_txt.read_text()
+
+
+@pytest.mark.parametrize(("trans_a", "trans_b"), [(0, 1), (1, 0), (1, 1)])
+def test_a_batched_matmul_with_a_transposed_operand_runs_as_onnxruntimes_fused_matmul(trans_a, trans_b) -> None:
+    params = dict(M=5, K=7, N=3, transA=trans_a, transB=trans_b, batch=4)
+    spec = canonical_node("MatMul", params)
+    assert (spec.op_type, spec.domain) == ("FusedMatMul", "com.microsoft")
+    (out,), feeds, _ = run_node(spec)
+    a, b = feeds.values()
+    a = a.transpose(0, 2, 1) if trans_a else a
+    b = b.transpose(0, 2, 1) if trans_b else b
+    assert out.shape == (4, 5, 3)
+    np.testing.assert_allclose(out, a @ b, rtol=1e-5, atol=1e-5)

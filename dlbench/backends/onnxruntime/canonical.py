@@ -41,6 +41,13 @@ def _node(op_type: str, inputs: list, outputs: int = 1, **attributes: object) ->
     )  # fmt: skip
 
 
+def _fused_matmul(operands: list, trans_a: int, trans_b: int) -> NodeSpec:
+    """onnxruntime's ``com.microsoft`` FusedMatMul: a (batched) MatMul reading either operand transposed."""
+    plain = _node("MatMul", operands, transA=trans_a, transB=trans_b, alpha=1.0)
+    return NodeSpec("FusedMatMul", "com.microsoft", {"": OPSET, "com.microsoft": 1}, plain.inputs, plain.outputs,
+                    plain.attributes)  # fmt: skip
+
+
 def _nchw(p: Mapping[str, Number], suffix: str = "") -> tuple[int, ...]:
     return tuple(integer(p, f"{d}{suffix}", 1, minimum=1) for d in "NCHW")
 
@@ -79,10 +86,11 @@ def canonical_node(op_type: str, p: Mapping[str, Number]) -> NodeSpec:
         b = (n, k) if trans_b else (k, n)
         if op_type == "Gemm" and batch == 1:
             return _node("Gemm", [_tensor(a), _tensor(b, weight=True)], transA=trans_a, transB=trans_b)
-        if trans_a or trans_b:
-            raise InvalidParameters("a transposed MatMul operand has no ONNX MatMul node")
         lead = (batch,) if batch > 1 else ()
-        return _node("MatMul", [_tensor((*lead, *a)), _tensor((*lead, *b), weight=not lead)])
+        operands = [_tensor((*lead, *a)), _tensor((*lead, *b), weight=not lead)]
+        if trans_a or trans_b:  # what onnxruntime fuses a Transpose and a MatMul into (attention's Q K^T)
+            return _fused_matmul(operands, trans_a, trans_b)
+        return _node("MatMul", operands)
     n, c, h, w = _nchw(p)
     x = _tensor((n, c, h, w))
     if op_type == "BatchNormalization":
