@@ -6,15 +6,8 @@ since that tensor was last touched (short for the next layer's input, long for a
 forward pass and read in the backward pass, about one step for a parameter). An operation's footprint is the
 byte-weighted mean reuse distance of what it reads (an output is written where the allocator just freed a block,
 which the caches still hold: a clean step's GELU ran in training as fast as from a hot cache, not 3x slower as
-when its output counted as one step away).
-
-One fact of the machine enters, passed in by the task: the size of the last-level cache. A step whose working set
-exceeds it keeps that cache full of its own dirty tensors (activations just written), so every line an operation
-brings in first writes one back: an operation whose input was just produced ran as slowly as with its input
-coming from memory (a depthwise convolution of a MobileNet-style step, 0.58 ms in the step, 0.21 ms from a hot
-cache, 0.59 ms with the cache full of dirty data and its input just written). There, every operation's
-footprint is the step's working set; only a step that fits in the cache is placed by reuse distance. The
-benchmark caps a footprint by twice the cache it reads (:mod:`dlbench.backends.torch.rotation`)."""
+when its output counted as one step away). No fact of the machine enters: the benchmark caps it by the caches it reads
+(:mod:`dlbench.backends.torch.rotation`)."""
 
 from __future__ import annotations
 
@@ -33,8 +26,7 @@ RULE = (
     "distinct tensors the step touched since each was last touched; "
     "forward in graph order, the loss, backward in reverse, the optimizer over every parameter, replayed for two "
     "steps); the benchmark rotates over copies of its tensors filling that distance plus its own tensors, capped "
-    "at twice the last-level cache it reads from sysfs; in a step whose working set exceeds that cache, a tensor "
-    "read after it was written counts as the working set away"
+    "at twice the last-level cache it reads from sysfs"
 )
 
 
@@ -147,30 +139,23 @@ def step_events(
 
 
 def reuse_distances(
-    events: Sequence[Event], sizes: Mapping[str, int], steps: int = 2, dirty_bytes: int = 0
+    events: Sequence[Event], sizes: Mapping[str, int], steps: int = 2
 ) -> dict[tuple[str, str], dict[str, int]]:
     """Per event of the last of ``steps`` replayed steps, each tensor it reads or writes and its reuse distance
     in bytes (a tensor no earlier event touched: the whole working set, as a batch fresh from the data loader).
     A tensor written is taken to land in the memory it had one step before (a steady step allocates the same
-    blocks in the same order), so its distance counts from its last touch then, as a read's does.
-    ``dirty_bytes`` (a step that overflows the last-level cache): a tensor whose last touch was a write is read
-    at that distance, whatever came between (the cache is full of dirty lines, each line brought in writes one
-    back)."""
+    blocks in the same order), so its distance counts from its last touch then, as a read's does."""
     working_set = sum(sizes.get(t, 0) for t in {t for e in events for t in e.reads + e.writes})
     touches = _Touches(steps * sum(len(e.reads) + len(e.writes) for e in events))
-    written: set[str] = set()
     distances: dict[tuple[str, str], dict[str, int]] = {}
     for step in range(steps):
         for event in events:
             seen: dict[str, int] = {}
             for tensor in event.reads:
                 if tensor not in seen:
-                    dirty = dirty_bytes > 0 and tensor in written
-                    seen[tensor] = dirty_bytes if dirty else touches.since(tensor, working_set)
+                    seen[tensor] = touches.since(tensor, working_set)
             for tensor in event.reads + event.writes:
                 touches.touch(tensor, sizes.get(tensor, 0))
-            written.difference_update(event.reads)
-            written.update(event.writes)
             if step == steps - 1:
                 distances[event.key] = seen
     return distances
@@ -280,10 +265,9 @@ def step_footprint(
     facts: Any,
     dtype_bytes: int = 4,
     training: bool = True,
-    cache_bytes: int = 0,
 ) -> StepFootprint:
     """The rule end to end for a step's ``operations`` (``facts``: :class:`dlbench.onnx.step.GraphFacts`;
-    ``nodes``: the extraction's node records; ``cache_bytes``: the last-level cache, 0 when unknown)."""
+    ``nodes``: the extraction's node records)."""
     output_names: dict[str, list[str]] = {}
     for tensor, (node, position) in facts.output_producers.items():
         names = output_names.setdefault(node, [])
@@ -296,41 +280,24 @@ def step_footprint(
     )  # fmt: skip
     touched = {t for e in events for t in e.reads + e.writes}
     working_set = sum(sizes.get(t, 0) for t in touched)
-    overflows = exceeds_cache(working_set, cache_bytes)
-    distances = reuse_distances(events, sizes, dirty_bytes=working_set if overflows else 0)
+    distances = reuse_distances(events, sizes)
     per_event = event_footprints(distances, sizes)
     per_op, notes = operation_footprints(operations, passes, input_of, per_event, sizes, working_set)
-    if overflows:
-        notes.append(f"cache state from the step: its working set {_mib(working_set)} exceeds the last-level cache "
-                     f"({_mib(cache_bytes)}), which it keeps full of its own dirty tensors: a tensor read after it "
-                     "was written counts as a working set away")  # fmt: skip
-    elif cache_bytes > 0:
-        notes.append(f"cache state from the step: its working set {_mib(working_set)} fits in the last-level "
-                     f"cache ({_mib(cache_bytes)}): each operation is benchmarked over its reuse distance")  # fmt: skip
     return StepFootprint(working_set, per_event, per_op, tuple(notes), distances)
 
 
-def exceeds_cache(working_set: int, cache_bytes: int) -> bool:
-    """Whether a step's working set overflows a last-level cache of ``cache_bytes`` (unknown, 0: never)."""
-    return cache_bytes > 0 and working_set > cache_bytes
-
-
-def placed_step(
-    step: Any, unfolding: Any, nodes: Sequence[Any], facts: Any, dtype_bytes: int = 4, cache_bytes: int = 0
-):
+def placed_step(step: Any, unfolding: Any, nodes: Sequence[Any], facts: Any, dtype_bytes: int = 4):
     """``step`` (:class:`dlbench.onnx.step.TrainingStep`) with each operation's ``footprint_bytes`` set by the
     rule, and the :class:`StepFootprint` that decided them (``unfolding``: the step's
     :class:`dlbench.onnx.unfold.Unfolding`, which says the input each backward pass differentiates)."""
     input_of = {op.id: unfolding.input_of(op.id) for op in step.operations}
-    decided = step_footprint(step.operations, step.passes, input_of, nodes, facts, dtype_bytes, True, cache_bytes)
+    decided = step_footprint(step.operations, step.passes, input_of, nodes, facts, dtype_bytes)
     operations = tuple(replace(op, footprint_bytes=decided.operations.get(op.id)) for op in step.operations)
     return replace(step, operations=operations), decided
 
 
-def placed_forward(
-    operations: Sequence[Operation], nodes: Sequence[Any], facts: Any, dtype_bytes: int = 4, cache_bytes: int = 0
-):
+def placed_forward(operations: Sequence[Operation], nodes: Sequence[Any], facts: Any, dtype_bytes: int = 4):
     """A served model's ``operations`` with each one's ``footprint_bytes`` from its forward pass alone (the
     weights read one forward apart, each activation right after it was written), and the decision."""
-    decided = step_footprint(operations, {}, {}, nodes, facts, dtype_bytes, False, cache_bytes)
+    decided = step_footprint(operations, {}, {}, nodes, facts, dtype_bytes, training=False)
     return [replace(op, footprint_bytes=decided.operations.get(op.id)) for op in operations], decided

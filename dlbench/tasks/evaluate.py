@@ -36,7 +36,6 @@ from dlbench.analysis.report import log_workload
 from dlbench.analysis.results import MachineRecord, interference_record
 from dlbench.analysis.step_run import not_costed_time, ran_params, read_step_profile, step_run
 from dlbench.analysis.timeline import gpu_step, host_framework_ms, traced_lanes
-from dlbench.backends.torch.rotation import device_cache_bytes
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.cores import physical_cores
@@ -251,8 +250,7 @@ def train_step(cfg: DlbenchConfig, setup: Setup, run, params: dict[str, object])
     step = training_step(forward, unfolding, facts, setup.table.training, DTYPE_BYTES.get(cfg.dtype, 4), ran)
     placed = None
     if cfg.evaluate.caches == "step":  # each operation's footprint in this step decides its cache state
-        cache = device_cache_bytes(setup.device)  # a step that overflows it is benchmarked over its working set
-        step, placed = placed_step(step, unfolding, extraction.nodes, facts, DTYPE_BYTES.get(cfg.dtype, 4), cache)
+        step, placed = placed_step(step, unfolding, extraction.nodes, facts, DTYPE_BYTES.get(cfg.dtype, 4))
     run.set_tags({"dlbench.model_sha256": extraction.sha256})
     log_workload(run, step.operations, f"{bench_name}-training-step", str(trained.model_path))
     run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations), **ran_params(ran)})

@@ -26,7 +26,6 @@ from dlbench.analysis.inference import (
     summary_frame,
     with_session_prediction,
 )
-from dlbench.backends.torch.rotation import device_cache_bytes
 from dlbench.config import DlbenchConfig
 from dlbench.core.context import AppContext
 from dlbench.core.device import resolve_device
@@ -82,8 +81,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     operations = deduplicate(extraction.operations())
     placed = None
     if cfg.evaluate.caches == "step":  # the torch kernels: each operation's footprint in one forward pass
-        facts, cache = graph_facts(path, batch_size), device_cache_bytes("cpu")  # weights + activations vs the LLC
-        operations, placed = placed_forward(operations, extraction.nodes, facts, 4, cache)
+        operations, placed = placed_forward(operations, extraction.nodes, graph_facts(path, batch_size))
     fixed_path = workdir / f"{extraction.model_name}_b{batch_size}.onnx"
     fixed_path.write_bytes(fixed.SerializeToString())
     params = {

@@ -25,7 +25,7 @@ from test_predict import export  # noqa: E402
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
 
 
-def placed(model: nn.Module, example: torch.Tensor, path: Path, cache_bytes: int = 0):
+def placed(model: nn.Module, example: torch.Tensor, path: Path):
     export(model, example, path)
     batch = example.shape[0]
     extraction = extract_operations(path, batch)
@@ -33,7 +33,7 @@ def placed(model: nn.Module, example: torch.Tensor, path: Path, cache_bytes: int
     facts = graph_facts(path, batch).with_inferred_outputs(extraction.nodes)
     unfolding = unfold_operations(forward, load_unfold_table())
     step = training_step(forward, unfolding, facts, load_table().training)
-    return placed_step(step, unfolding, extraction.nodes, facts, 4, cache_bytes)
+    return placed_step(step, unfolding, extraction.nodes, facts)
 
 
 def test_the_working_set_of_a_tiny_mlp_step_is_every_tensor_it_touches_counted_by_hand(tmp_path: Path) -> None:
@@ -95,27 +95,3 @@ def test_the_forward_pass_of_a_served_model_sees_its_weights_one_forward_apart(t
     # both layers have one shape, so one operation: its footprint is the mean of the two nodes'
     both = (decided.events[("/0/Gemm", "forward")] + decided.events[("/2/Gemm", "forward")]) / 2
     assert first.nodes == ("/0/Gemm", "/2/Gemm") and math.isclose(decided.operations[first.id], both, abs_tol=1)
-
-
-def test_a_step_that_overflows_the_last_level_cache_reads_what_it_just_wrote_as_a_working_set_away(
-    tmp_path: Path,
-) -> None:
-    net = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 16 * 16, 10))
-    example = torch.randn(4, 3, 16, 16)
-    by_distance, unknown = placed(net, example, tmp_path / "a.onnx")
-    working_set = unknown.working_set_bytes
-    distances = {op.id: op.footprint_bytes for op in by_distance.operations}
-    relu = next(op.id for op in by_distance.operations
-                if op.op_type == "Relu" and by_distance.pass_of(op.id) == "forward")  # fmt: skip
-    assert distances[relu] < working_set / 10, "the ReLU reads the convolution's output just written"
-
-    fits, decided = placed(net, example, tmp_path / "b.onnx", cache_bytes=working_set)
-    assert {op.id: op.footprint_bytes for op in fits.operations} == distances, "a step that fits: reuse distance"
-    assert any("fits in the last-level cache" in note for note in decided.notes)
-
-    overflows, decided = placed(net, example, tmp_path / "c.onnx", cache_bytes=working_set - 1)
-    dirty = {op.id: op.footprint_bytes for op in overflows.operations}
-    assert dirty[relu] == working_set, "in a cache full of dirty lines, what was just written reads as from memory"
-    assert any(dirty[i] < working_set for i in dirty), "a tensor last read, not written, keeps its reuse distance"
-    assert all(dirty[i] >= distances[i] for i in dirty)
-    assert any("exceeds the last-level cache" in note for note in decided.notes)

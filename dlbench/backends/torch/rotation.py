@@ -54,11 +54,6 @@ def last_level_cache_bytes(device: torch.device) -> int:
     return max(sizes, default=0) or FALLBACK_CACHE_BYTES
 
 
-def device_cache_bytes(device: str) -> int:
-    """:func:`last_level_cache_bytes` of a device named as dlbench's settings name it (``cpu``, ``cuda``)."""
-    return last_level_cache_bytes(torch.device(device))
-
-
 CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
