@@ -25,6 +25,8 @@ import functools
 import os
 import resource
 
+from dlbench.core.machine import available_memory_bytes
+
 MMAP_THRESHOLD = 32 << 20
 TRIM_THRESHOLD = 1 << 30
 KEEP_HEAP_TUNABLES = f"glibc.malloc.mmap_threshold={MMAP_THRESHOLD}:glibc.malloc.trim_threshold={TRIM_THRESHOLD}"
@@ -77,15 +79,10 @@ class _Mallinfo2(ctypes.Structure):
     )]  # fmt: skip
 
 
-def heap_usage() -> tuple[int, int]:
-    """(bytes in use, bytes free) of the main heap (glibc's ``mallinfo2``); (0, 0) where it cannot be read."""
+def heap_in_use() -> int:
+    """Bytes in use in the main heap (glibc's ``mallinfo2().uordblks``); 0 where it cannot be read."""
     libc = _libc()
-    call = getattr(libc, "mallinfo2", None) if libc is not None else None
-    if call is None:
-        return 0, 0
-    call.restype = _Mallinfo2
-    info = call()
-    return int(info.uordblks), int(info.fordblks)
+    return int(libc.mallinfo2().uordblks) if libc is not None and hasattr(libc, "mallinfo2") else 0
 
 
 def prefault_heap(nbytes: int) -> int:
@@ -95,8 +92,6 @@ def prefault_heap(nbytes: int) -> int:
     libc = _libc()
     if libc is None or nbytes <= 0:
         return 0
-    libc.malloc.restype = ctypes.c_void_p
-    libc.free.argtypes = [ctypes.c_void_p]
     pieces = []
     try:
         for _ in range(-(-nbytes // PAD_PIECE)):
@@ -116,27 +111,30 @@ def profile_pad_bytes(available_bytes: int) -> int:
     pieces first fill the free holes, which are faulted in already, then grow the top of the heap, where a
     displaced tensor lands), at most half the trim threshold (a larger free top would be handed back) and a
     quarter of the memory still available."""
-    used, _ = heap_usage()
-    return max(0, min(used, TRIM_THRESHOLD // 2, available_bytes // 4))
+    return max(0, min(heap_in_use(), TRIM_THRESHOLD // 2, available_bytes // 4))
 
 
-def available_memory_bytes() -> int:
-    """``MemAvailable`` of /proc/meminfo; 0 where it cannot be read (then no pad)."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
+def pad_heap_for_profiling() -> int:
+    """Before a profiled batch, in a process that keeps its heap: :func:`prefault_heap` by
+    :func:`profile_pad_bytes`, so the profiler's records cannot push the step's tensors onto fresh pages.
+    Returns the bytes touched (0 where the heap is not kept: a pad would be handed straight back)."""
+    if not keeps_heap():
         return 0
-    return 0
+    return prefault_heap(profile_pad_bytes(available_memory_bytes()))
 
 
 @functools.cache
 def _libc():
-    """The C library of this process, where it has glibc's ``malloc_trim`` (None elsewhere)."""
+    """The C library of this process, where it has glibc's ``malloc_trim`` (None elsewhere), with the
+    prototypes of the calls made here declared once."""
     try:
         libc = ctypes.CDLL(None)
-        return libc if hasattr(libc, "malloc_trim") else None
     except OSError:
         return None
+    if not hasattr(libc, "malloc_trim"):
+        return None
+    libc.malloc.restype = ctypes.c_void_p
+    libc.free.argtypes = [ctypes.c_void_p]
+    if hasattr(libc, "mallinfo2"):
+        libc.mallinfo2.restype = _Mallinfo2
+    return libc

@@ -127,3 +127,10 @@ class GpuReader:
                 continue
         self._last_seen = int(time.time() * 1e6) - 1_000_000
         return (max(util) if util else None), others
+
+
+def available_memory_bytes() -> int:
+    """Bytes of host memory that can be allocated now without swapping (psutil's ``available``)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)

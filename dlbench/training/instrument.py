@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dlbench.core.allocator import available_memory_bytes, keeps_heap, minor_faults, prefault_heap, profile_pad_bytes
+from dlbench.core.allocator import minor_faults, pad_heap_for_profiling
 from dlbench.training.facts import RunFacts, effective_params, write_facts
 from dlbench.training.optimizers import FOLDED_COLUMNS, OptimizerRecorder, batch_folded_file, folded_rows
 from dlbench.training.profile import (
@@ -253,8 +253,7 @@ class ProfileSession:
         activities = [ProfilerActivity.CPU]
         if _cuda_in_use():
             activities.append(ProfilerActivity.CUDA)
-        if keeps_heap():  # the profiler's records would push the step's tensors onto fresh pages
-            prefault_heap(profile_pad_bytes(available_memory_bytes()))
+        pad_heap_for_profiling()  # the profiler's records would push the step's tensors onto fresh pages
         profiler = profile(activities=activities, record_shapes=True)
         self.profilers_created += 1
         profiler.__enter__()

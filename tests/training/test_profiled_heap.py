@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: of the write
 PADDED = """
 import resource, sys, torch
-from dlbench.core.allocator import available_memory_bytes, prefault_heap, profile_pad_bytes
+from dlbench.core.allocator import prefault_heap, profile_pad_bytes
+from dlbench.core.machine import available_memory_bytes
 kept = [torch.ones(1 << 18) for _ in range(64)]
 if sys.argv[1] == "pad":
     assert prefault_heap(profile_pad_bytes(available_memory_bytes())) >= 48 << 20
@@ -35,7 +36,7 @@ from torch import nn
 import dlbench.training.instrument as instrument
 from dlbench.instrument import op_performance_analysis
 if sys.argv[1] == "off":
-    instrument.prefault_heap = lambda nbytes: 0
+    instrument.pad_heap_for_profiling = lambda: 0
 torch.set_num_threads(1)
 torch.manual_seed(0)
 def block(c, o, s):

@@ -14,6 +14,7 @@ from dlbench.backends.timing import TimingSettings, time_repeated
 from dlbench.core.cores import resolve_threads
 from dlbench.core.dtypes import DTYPES
 from dlbench.core.glue import InvalidParameters
+from dlbench.core.machine import available_memory_bytes
 from dlbench.core.settings import from_environment
 from dlbench.operators.node_file import NodeEntry, nodes_path_for, read_nodes
 from dlbench.operators.protocol import output_path_for, read_input
@@ -85,12 +86,6 @@ def timed_session(ort: Any, model: OneNodeModel, options: Any, providers: list[s
     return lambda: session.run_with_iobinding(binding)
 
 
-def _available_bytes() -> int:
-    import psutil
-
-    return int(psutil.virtual_memory().available)
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 1:
@@ -133,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
                 if entry is None:
                     raise RowFailed(f"no entry in {nodes_path_for(input_path).name}")
                 model = prepared(entry, dtype)
-                if model.tensor_bytes * 3 > float(run["memory_fraction"]) * _available_bytes():
+                if model.tensor_bytes * 3 > float(run["memory_fraction"]) * available_memory_bytes():
                     raise RowFailed(f"needs about {3 * model.tensor_bytes / 2**30:.1f} GiB, over the free memory")
                 fn = timed_session(ort, model, options, providers)
                 timing = time_repeated(fn, settings)

@@ -7,6 +7,7 @@ import torch
 from dlbench.backends.torch.params import glue, integer, positive, shape4, window
 from dlbench.core.costs import UPDATE_COSTS
 from dlbench.core.glue import GLUE_OP_TYPES, INDEX_BYTES, elements
+from dlbench.core.machine import available_memory_bytes
 
 
 def _out_size(size: int, kernel: int, pad_total: int, stride: int, dilation: int = 1) -> int:
@@ -82,9 +83,7 @@ def free_memory(device: torch.device) -> int:
     """Bytes that can be allocated now on ``device`` without swapping or an out-of-memory kill."""
     if device.type == "cuda":
         return int(torch.cuda.mem_get_info(device)[0])
-    import psutil
-
-    return int(psutil.virtual_memory().available)
+    return available_memory_bytes()
 
 
 def _size(n_bytes: float) -> str:
