@@ -29,17 +29,11 @@ def _feed(model: Any, seed: int) -> dict[str, np.ndarray]:
 
 def actual_shapes(model: Any, seed: int = 0) -> dict[str, tuple[int, ...]]:
     """Every node output's shape when onnxruntime runs ``model`` (all input dimensions fixed) on random data."""
-    import onnx
     import onnxruntime as ort
 
-    probe = onnx.ModelProto()
-    probe.CopyFrom(model)
-    known = {o.name for o in probe.graph.output}
-    for node in probe.graph.node:
-        for out in node.output:
-            if out and out not in known:
-                probe.graph.output.append(onnx.ValueInfoProto(name=out))
-                known.add(out)
+    from dlbench.backends.onnxruntime.optimized import every_output_exposed
+
+    probe = every_output_exposed(model)
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     options.log_severity_level = 3

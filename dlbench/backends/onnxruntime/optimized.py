@@ -54,20 +54,27 @@ def optimized_graph(model: Any, threads: int) -> Any:
     return optimized
 
 
-def tensor_values(optimized: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Every tensor the optimized graph computes on ``feeds``, by name, in the layout the session keeps it
-    (run once with every node output exposed, nothing optimized again)."""
+def every_output_exposed(model: Any) -> Any:
+    """A copy of ``model`` whose graph outputs include every node's outputs (a session then returns them all)."""
     import onnx
-    import onnxruntime as ort
 
     exposed = onnx.ModelProto()
-    exposed.CopyFrom(optimized)
+    exposed.CopyFrom(model)
     outputs = {value.name for value in exposed.graph.output}
     for node in exposed.graph.node:
         for name in node.output:
             if name and name not in outputs:
                 exposed.graph.output.append(onnx.ValueInfoProto(name=name))
                 outputs.add(name)
+    return exposed
+
+
+def tensor_values(optimized: Any, feeds: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Every tensor the optimized graph computes on ``feeds``, by name, in the layout the session keeps it
+    (run once with every node output exposed, nothing optimized again)."""
+    import onnxruntime as ort
+
+    exposed = every_output_exposed(optimized)
     options = session_options(ort, 1)
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
     session = ort.InferenceSession(exposed.SerializeToString(), options, providers=["CPUExecutionProvider"])
