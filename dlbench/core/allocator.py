@@ -85,6 +85,16 @@ def heap_in_use() -> int:
     return int(libc.mallinfo2().uordblks) if libc is not None and hasattr(libc, "mallinfo2") else 0
 
 
+def allocated_bytes() -> int:
+    """Bytes the C library's allocator has handed out and not had back, heap and mapped blocks alike
+    (``mallinfo2``: ``uordblks + hblkhd``); 0 where it cannot be read."""
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        return 0
+    info = libc.mallinfo2()
+    return int(info.uordblks) + int(info.hblkhd)
+
+
 def prefault_heap(nbytes: int) -> int:
     """Allocate ``nbytes`` in pieces below the mmap threshold, write every page, free them all: the heap then
     holds that much free memory already faulted in (only useful where :func:`keeps_heap`). Returns the bytes

@@ -52,9 +52,10 @@ MEASURE_SETTINGS: tuple[Setting, ...] = (
         "caches", "DLBENCH_CACHES", str, "hot",
         "hot: every call reuses one set of tensors, which stay cached; cold: calls rotate over copies filling twice "
         "the last-level cache, so each reads and writes memory no recent call touched; step: calls rotate over "
-        "copies filling each operation's own footprint in the step it came from (the bytes the step touches "
-        "between uses of its inputs, written beside the input as <stem>_footprints.csv; an operation without one "
-        "is timed hot), capped at twice the last-level cache (embedded torch kernels only)",
+        "copies that put each operation's inputs as far back as its reuse distance in the step it came from (the "
+        "bytes the step touches between uses of its inputs, written beside the input as <stem>_footprints.csv; "
+        "an operation without one is timed hot), capped at twice the last-level cache (embedded torch kernels "
+        "only)",
     ),
 )  # fmt: skip
 

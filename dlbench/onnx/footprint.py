@@ -25,8 +25,9 @@ RULE = (
     "per operation, the byte-weighted mean reuse distance of the tensors it reads (bytes of the other "
     "distinct tensors the step touched since each was last touched; "
     "forward in graph order, the loss, backward in reverse, the optimizer over every parameter, replayed for two "
-    "steps); the benchmark rotates over copies of its tensors filling that distance plus its own tensors, capped "
-    "at twice the last-level cache it reads from sysfs"
+    "steps); the benchmark rotates over 1 + that distance in whole rows (rounded to the nearest) copies of its "
+    "tensors, so each call's inputs were last touched about that many bytes ago, capped at twice the last-level "
+    "cache it reads from sysfs"
 )
 
 

@@ -9,12 +9,21 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 from helpers import run_dlbench
 
 from dlbench.backends.torch import rotation
-from dlbench.backends.torch.rotation import MAX_COPIES, copies_for, last_level_cache_bytes, rotated
+from dlbench.backends.torch.rotation import (
+    MAX_COPIES,
+    MAX_FAULT_IN,
+    copies_for,
+    copies_for_reuse,
+    fault_in,
+    last_level_cache_bytes,
+    rotated,
+)
 from dlbench.operators.protocol import parse_output, write_input
 
 
@@ -25,6 +34,18 @@ def test_copies_fill_the_footprint_and_a_row_larger_than_it_is_not_copied() -> N
     assert copies_for(100 * mib, 64 * mib) == 1, "a row larger than the footprint streams through the caches anyway"
     assert copies_for(16, 64 * mib) == MAX_COPIES
     assert copies_for(0, 64 * mib) == 1, "rows without tensors (framework overhead) are not copied"
+
+
+def test_a_reuse_distance_is_met_by_the_nearest_whole_number_of_other_copies() -> None:
+    mib = 1 << 20
+    # a 12 MiB row 16 MiB from its last use in the step: one other copy (12 MiB between uses) is nearer than
+    # two (24 MiB, which with the row itself cycles 36 MiB through a 32 MiB cache)
+    assert copies_for_reuse(12 * mib, 16 * mib, 64 * mib) == 2
+    assert copies_for_reuse(12 * mib, 20 * mib, 64 * mib) == 3
+    assert copies_for_reuse(1 * mib, 4 * mib, 64 * mib) == 5
+    assert copies_for_reuse(12 * mib, 2 * mib, 64 * mib) == 1, "a distance under half a row: the row's own call"
+    assert copies_for_reuse(12 * mib, 0, 64 * mib) == 1, "no reuse distance: timed hot"
+    assert copies_for_reuse(1 * mib, 512 * mib, 64 * mib) == 64, "capped at the cold footprint"
 
 
 def test_rotated_calls_take_the_copies_in_turn_and_keep_the_last_outputs_alive() -> None:
@@ -46,6 +67,23 @@ def test_rotated_calls_take_the_copies_in_turn_and_keep_the_last_outputs_alive()
     for start in range(len(pointers) - 4):
         window = pointers[start : start + 5]
         assert len(set(window)) == 5, "an output block is reused only after four newer outputs were written"
+
+
+def test_the_warm_up_lasts_until_a_turn_of_the_rotation_takes_no_page_fault() -> None:
+    kept: list[np.ndarray] = []
+
+    def faulting_at_first() -> None:  # fresh pages on its first five calls, as new output blocks are
+        if len(kept) < 5:
+            kept.append(np.ones(1 << 20))
+
+    assert fault_in(faulting_at_first, copies=3, warmup=1) == 5 + 3, "five faulting calls, then a quiet turn"
+    assert fault_in(faulting_at_first, copies=3, warmup=7) == 7, "the warm-up asked for, when quiet already"
+    kept.clear()
+
+    def always_faulting() -> None:
+        kept.append(np.ones(1 << 18))
+
+    assert fault_in(always_faulting, copies=3, warmup=1) == MAX_FAULT_IN * 3, "gives up, timed as it is"
 
 
 def test_the_last_level_cache_is_read_from_sysfs_with_a_fallback(

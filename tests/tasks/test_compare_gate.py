@@ -128,7 +128,9 @@ def test_gate_on_real_sweeps_passes_the_same_sweep_and_stops_the_slowed_one(tmp_
     result = _gate(store, tmp_path, a, slowed, "compare.threshold=0.25")
     compare = next(r for r in mlflow_runs(store) if r.data.tags.get("dlbench.kind") == "compare")
     changes = pd.read_csv(StringIO(artifact_text(store, compare.info.run_id, "changes.csv"))).set_index("operation")
-    even = changes.loc[["stem", "l1_256", "l3_1024"]]  # ids 0, 2, 4 time problems 1.6 times larger
+    # ids 0, 2, 4 time problems 2.5 times larger: twice the threshold of 1.25 away, beyond what a 2-core VM's
+    # noise moves a median of 2 rounds (a factor of 1.6 once left the stem's interval straddling 1.25)
+    even = changes.loc[["stem", "l1_256", "l3_1024"]]
     busy = even["why"].fillna("").str.contains("busy machine|contended")
     # on a busy machine the honest answer is unsure, with the reason; where it was quiet, slower and exit 1
     assert (even.loc[busy, "verdict"] == "unsure").all()

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import torch
 
+from dlbench.core.allocator import allocated_bytes, minor_faults
+
 #: at most this many copies of a row's tensors (a tiny row would otherwise need thousands)
 MAX_COPIES = 256
 
@@ -24,6 +26,17 @@ def copies_for(row_bytes: int, footprint_bytes: int) -> int:
     if footprint_bytes <= 0 or row_bytes <= 0 or row_bytes >= footprint_bytes:
         return 1  # (no tensors to speak of: the framework-overhead rows time the dispatch of empty calls)
     return min(MAX_COPIES, math.ceil(footprint_bytes / row_bytes))
+
+
+def copies_for_reuse(row_bytes: int, reuse_bytes: int, cap_bytes: int) -> int:
+    """How many copies of a row put its reuse distance in the benchmark nearest ``reuse_bytes``, the bytes its
+    step touches between uses of its inputs: a call touches the other ``copies - 1`` rows before its own comes
+    round again. Rounded to the nearest whole row, not up: rounding up overshot by up to a row (a 12.6 MB GELU
+    backward at a 16.8 MB reuse distance rotated 37.7 MB through a 32 MiB L3 and ran at memory speed, 2.4x its
+    time in the step). Never more than fill ``cap_bytes``; 1 without a reuse distance (timed hot)."""
+    if reuse_bytes <= 0 or row_bytes <= 0:
+        return 1
+    return max(1, min(1 + round(reuse_bytes / row_bytes), copies_for(row_bytes, cap_bytes)))
 
 
 def rotated(build: Callable[[], Callable[[], object]], copies: int) -> Callable[[], object]:
@@ -40,6 +53,51 @@ def rotated(build: Callable[[], Callable[[], object]], copies: int) -> Callable[
         return result
 
     return call
+
+
+def fault_in(call: Callable[[], object], copies: int, warmup: int) -> int:
+    """Call ``call`` until a whole turn of the rotation (``copies`` calls, at least two) took no page fault,
+    and at least ``warmup`` times; return the calls made. A training step on the kept heap takes no faults once
+    warm; a benchmark's first calls put their outputs on blocks no earlier call freed and fault each page in
+    (a 2 MiB GELU backward: 512 faults and 1.4-1.7 ms on each of its first 3 to 6 calls, 0.45 ms after), and
+    how many calls that takes depends on the copies and the allocator, not on a fixed warm-up. Gives up after
+    :data:`MAX_FAULT_IN` turns (a kernel that faults on every call is then timed as it is)."""
+    turn, quiet, calls = max(copies, 2), 0, 0
+    while calls < warmup or (quiet < turn and calls < MAX_FAULT_IN * turn):
+        before = minor_faults()
+        call()
+        calls += 1
+        quiet = quiet + 1 if minor_faults() == before else 0
+    return calls
+
+
+def touched_bytes(build: Callable[[], Callable[[], object]], device: torch.device) -> int:
+    """The bytes one copy of a row holds, its output included: built and called, as the allocator counts
+    them (the C library's on a CPU, torch's caching allocator on a GPU), then let go; the fewer of two tries,
+    so what a process allocates once (the autograd engine's first backward: 11.7 MB) is not the row's; 0 where
+    the allocator cannot tell. A kernel reads and writes about these bytes per call; :func:`copies_for_reuse`
+    counts in them, where the upper estimate that guards memory would count a Mul backward's 10 MiB as 19 MB."""
+    allocated = _allocated(device)
+    return max(min(_held(build, allocated) for _ in range(2)), 0)
+
+
+def _held(build: Callable[[], Callable[[], object]], allocated: Callable[[], int]) -> int:
+    before = allocated()
+    call = build()
+    result = call()
+    held = allocated() - before
+    del call, result
+    return held
+
+
+def _allocated(device: torch.device) -> Callable[[], int]:
+    if device.type == "cuda":
+        return lambda: torch.cuda.memory_allocated(device)
+    return allocated_bytes
+
+
+#: turns of the rotation :func:`fault_in` waits for one without faults
+MAX_FAULT_IN = 4
 
 
 #: when the last-level cache's size cannot be read
@@ -74,12 +132,10 @@ def cold_footprint(caches: str, device: torch.device) -> int:
     return 2 * last_level_cache_bytes(device) if caches in ("cold", "step") else 0
 
 
-def row_footprint(caches: str, cap_bytes: int, row_bytes: int, step_bytes: int | None) -> int:
-    """Bytes a row's copies fill. ``step``: the operation's reuse distance in its step (``step_bytes``, the
-    bytes touched between uses of its inputs) plus its own tensors, which a call touches too, capped at
-    ``cap_bytes``; a row without one is timed hot. ``cold``: ``cap_bytes``; ``hot``: 0."""
-    if caches != "step":
-        return cap_bytes if caches == "cold" else 0
-    if step_bytes is None or step_bytes <= 0:
-        return 0
-    return min(cap_bytes, step_bytes + row_bytes)
+def row_copies(caches: str, cap_bytes: int, row_bytes: int, step_bytes: int | None) -> int:
+    """How many copies a row rotates over. ``step``: its operation's reuse distance in its step
+    (``step_bytes``, :func:`copies_for_reuse`); a row without one is timed hot. ``cold``: copies filling
+    ``cap_bytes``; ``hot``: 1."""
+    if caches == "step":
+        return copies_for_reuse(row_bytes, step_bytes or 0, cap_bytes)
+    return copies_for(row_bytes, cap_bytes) if caches == "cold" else 1

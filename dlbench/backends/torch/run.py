@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Callable
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
@@ -15,7 +17,7 @@ from dlbench.backends.torch.fp32_math import apply_fp32_math
 from dlbench.backends.torch.kernels import DTYPES, KERNELS
 from dlbench.backends.torch.memory import free_memory, memory_problem, tensor_bytes
 from dlbench.backends.torch.params import UnsupportedRow
-from dlbench.backends.torch.rotation import cold_footprint, copies_for, rotated, row_footprint
+from dlbench.backends.torch.rotation import cold_footprint, fault_in, rotated, row_copies, touched_bytes
 from dlbench.core.allocator import release_free_heap
 from dlbench.core.cores import resolve_threads
 from dlbench.core.descriptors import DESCRIPTORS
@@ -79,6 +81,40 @@ def _configure() -> tuple[torch.dtype, str] | None:
     return DTYPES[dtype_name], str(run["caches"])
 
 
+def _rotation(
+    op_type: str,
+    params: dict[str, float],
+    device: torch.device,
+    dtype: torch.dtype,
+    cache_state: tuple[str, int, int | None],
+    memory_fraction: float,
+) -> tuple[Callable[[], object], int, int] | str:
+    """A row's timed callable, rotating over its copies, with the bytes one copy holds and the copies; or why
+    the memory free cannot hold them. ``cache_state``: the run's caches, their cap and the operation's reuse
+    distance in its step. A rotated row is sized by what one copy holds (:func:`touched_bytes`; the kernel's
+    upper estimate where the allocator cannot tell), a hot one by the estimate."""
+    caches, cap, step_bytes = cache_state
+    build = partial(KERNELS[op_type], params, device, dtype)
+    row_bytes = tensor_bytes(op_type, params, torch.empty((), dtype=dtype).element_size())
+    if caches != "hot":
+        skip = memory_problem(row_bytes, free_memory(device), memory_fraction)
+        if skip:
+            return skip
+        row_bytes = touched_bytes(build, device) or row_bytes
+    copies = row_copies(caches, cap, row_bytes, step_bytes)
+    skip = memory_problem(row_bytes * copies, free_memory(device), memory_fraction)
+    return skip or (rotated(build, copies), row_bytes, copies)
+
+
+def _after_fault_in(fn, copies: int, settings: TimingSettings, device: torch.device) -> TimingSettings:
+    """``settings`` for timing ``fn`` after its warm-up calls, which on a CPU go on until its calls stopped
+    faulting (:func:`fault_in`)."""
+    if device.type != "cpu":
+        return settings
+    fault_in(fn, copies, settings.warmup)
+    return replace(settings, warmup=0)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in KERNELS:
@@ -93,7 +129,6 @@ def main(argv: list[str] | None = None) -> int:
     device = _device_from_env()
     settings = TimingSettings.from_env()
     memory_fraction = _memory_fraction_from_env()
-    element_size = torch.empty((), dtype=dtype).element_size()
     cap = cold_footprint(caches, device)
     clock = clock_for(device.type)  # CUDA events on a GPU: device time, no synchronize per call
     try:
@@ -123,18 +158,17 @@ def main(argv: list[str] | None = None) -> int:
                     )
                 params = dict(zip(descriptors, values, strict=True))
                 release_free_heap()  # every row starts from the same heap, whatever the rows before it freed
-                row_bytes = tensor_bytes(op_type, params, element_size)
-                footprint = row_footprint(caches, cap, row_bytes, step_footprints.get(op_id))
-                copies = copies_for(row_bytes, footprint)
-                skip = memory_problem(row_bytes * copies, free_memory(device), memory_fraction)
-                if skip:
+                row = _rotation(
+                    op_type, params, device, dtype, (caches, cap, step_footprints.get(op_id)), memory_fraction
+                )
+                if isinstance(row, str):
                     failed += 1
-                    print(f"id {op_id}: {skip}", file=sys.stderr, flush=True)
+                    print(f"id {op_id}: {row}", file=sys.stderr, flush=True)
                     continue
-                fn = rotated(partial(KERNELS[op_type], params, device, dtype), copies)
+                fn, row_bytes, copies = row
                 rotation_out.write(rotation_line(op_id, row_bytes, copies, cap))
                 rotation_out.flush()
-                timing = time_repeated(fn, settings, clock=clock)
+                timing = time_repeated(fn, _after_fault_in(fn, copies, settings, device), clock=clock)
                 del fn  # free this row's tensors before the next row is sized
                 if device.type == "cuda":
                     torch.cuda.empty_cache()  # else the caching allocator's hold shows as used memory
