@@ -18,8 +18,16 @@ def load_average() -> str:
     return f"{one:.2f} {five:.2f} {fifteen:.2f} (1, 5, 15 min; {os.cpu_count()} logical cores)"
 
 
+STORE_HELP = (
+    "the MLflow store: a path (a SQLite file there) or a tracking URI (sqlite:///..., postgresql://..., http://...)"
+)
+
+
 def store_uri(store: str) -> str:
-    """The sqlite URI of a bench's store, its folder made."""
+    """The tracking URI of a bench's store: a URI as given (``sqlite:///...``, ``postgresql://...``,
+    ``http://...``), a path as a sqlite store there, its folder made."""
+    if "://" in store:
+        return store
     Path(store).parent.mkdir(parents=True, exist_ok=True)
     return f"sqlite:///{Path(store).resolve()}"
 

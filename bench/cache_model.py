@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import load_average, print_table, run_evaluation, runs_table, store_uri  # noqa: E402
+from _common import STORE_HELP, load_average, print_table, run_evaluation, runs_table, store_uri  # noqa: E402
 
 STATES = ("hot", "step", "cold")
 MIB = 1 << 20
@@ -117,7 +117,7 @@ def main() -> int:
     parser.add_argument("--batch-size", type=int, default=16)
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--steps", type=int, default=24)
-    parser.add_argument("--store", default=str(ROOT / ".dlbench" / "bench" / "cache_model.db"))
+    parser.add_argument("--store", default=str(ROOT / ".dlbench" / "bench" / "cache_model.db"), help=STORE_HELP)
     parser.add_argument("--experiment", default="cache_model")
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--top", type=int, default=15, help="operations shown, by training time")

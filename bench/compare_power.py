@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 import pandas as pd
-from _common import ROOT, load_average, store_uri
+from _common import ROOT, STORE_HELP, load_average, store_uri
 
 from dlbench.analysis.change import ChangeSettings, is_total, verdict_counts
 from dlbench.analysis.sides import Pair, Recorded, changes_of_pairs, probe_ratio, protocol_reader
@@ -104,7 +104,9 @@ def main() -> None:
     parser.add_argument("--pairs", type=int, default=3)
     parser.add_argument("--batch", type=int, default=1)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--store", default=str(ROOT / ".dlbench" / "bench" / "compare_power" / "mlflow.db"))
+    parser.add_argument(
+        "--store", default=str(ROOT / ".dlbench" / "bench" / "compare_power" / "mlflow.db"), help=STORE_HELP
+    )
     parser.add_argument("--no-power", action="store_true", help="only the false-alarm pairs")
     args = parser.parse_args()
     uri = store_uri(args.store)

@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import load_average, print_table, run_evaluation, runs_table, store_uri  # noqa: E402
+from _common import STORE_HELP, load_average, print_table, run_evaluation, runs_table, store_uri  # noqa: E402
 
 COLUMNS = (
     "step_time_predicted_ms",
@@ -122,7 +122,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--profiled", type=int, default=2)
     parser.add_argument("--rounds", type=int, default=1, help="evaluate every batch size this often, interleaved")
-    parser.add_argument("--store", default=str(ROOT / ".dlbench" / "bench" / "data_parallel.db"))
+    parser.add_argument("--store", default=str(ROOT / ".dlbench" / "bench" / "data_parallel.db"), help=STORE_HELP)
     parser.add_argument("--experiment", default="data_parallel_prediction")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("overrides", nargs="*", help="extra dlbench overrides, e.g. measure.min_time_s=0.1")

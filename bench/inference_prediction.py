@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "tests" / "onnx"))
 
-from bench._common import load_average  # noqa: E402
+from bench._common import STORE_HELP, load_average, store_uri  # noqa: E402
 from bench.zoo_coverage import ZOO, ZOO_MODELS  # noqa: E402  (the nine model-zoo CNNs the onnx package ships)
 
 HF_MODELS = ("bert", "gpt2", "t5_encoder", "distilbert", "vit")
@@ -123,7 +123,9 @@ def main() -> int:
     parser.add_argument("--script-batch-sizes", nargs="+", type=int, default=[1, 16, 64])
     parser.add_argument("--seq", type=int, default=128, help="dims.seq of the text transformers")
     parser.add_argument("--threads", type=int, default=1, help="threads of both engines and the benchmarks (0: all)")
-    parser.add_argument("--store", default=str(ROOT / ".dlbench" / "bench" / "inference_prediction.db"))
+    parser.add_argument(
+        "--store", default=str(ROOT / ".dlbench" / "bench" / "inference_prediction.db"), help=STORE_HELP
+    )
     parser.add_argument("--experiment", default="inference_prediction")
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--out", help="also write the table as CSV here")
@@ -134,8 +136,7 @@ def main() -> int:
 
     from dlbench.tracking.store import resolve_tracking, search_runs
 
-    Path(args.store).parent.mkdir(parents=True, exist_ok=True)
-    uri = f"sqlite:///{Path(args.store).resolve()}"
+    uri = store_uri(args.store)
     print(f"CPU: {cpu_model()}; threads={args.threads}; load average before: {load_average()}")
     names = []
     with tempfile.TemporaryDirectory(prefix="dlbench_hf_") as folder:

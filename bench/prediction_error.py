@@ -40,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from _common import load_average, print_table, run_evaluation, runs_table, store_uri  # noqa: E402
+from _common import STORE_HELP, load_average, print_table, run_evaluation, runs_table, store_uri  # noqa: E402
 
 UNLIKE_OURS_CONF = ROOT / "bench" / "unlike_ours" / "conf"
 MODELS = ["resnet_cifar", "transformer_lm", "mlp", "gpt_adamw", "cnn_multilabel"]
@@ -93,7 +93,7 @@ def main() -> int:
     )
     parser.add_argument("--warmup", type=int, default=5, help="training steps before the profiled ones")
     parser.add_argument("--profiled", type=int, default=2, help="profiled training steps")
-    parser.add_argument("--store", default=str(ROOT / ".dlbench" / "bench" / "prediction_error.db"))
+    parser.add_argument("--store", default=str(ROOT / ".dlbench" / "bench" / "prediction_error.db"), help=STORE_HELP)
     parser.add_argument("--experiment", default="prediction_error")
     parser.add_argument("--timeout", type=float, default=1800)
     parser.add_argument("--out", help="also write the table as CSV here")
