@@ -123,13 +123,16 @@ def test_gate_on_real_sweeps_passes_the_same_sweep_and_stops_the_slowed_one(tmp_
     machine = json.loads(artifact_text(store, a, "machine.json"))
     assert machine["lib.torch"] and run.data.tags["dlbench.machine.kernel"] == machine["kernel"]
 
-    same = _gate(store, tmp_path, a, again, "compare.threshold=0.25")
+    # a threshold of 50%: the second of two sweeps of the same executable once ran every operation 1.28-1.44x
+    # slower (the VM's own speed; its reference probe 1.11x), a false alarm at 25%; the known slowdown of 2.5x
+    # stays well beyond it
+    same = _gate(store, tmp_path, a, again, "compare.threshold=0.5")
     assert same.returncode == 0, same.stdout[-3000:] + same.stderr[-2000:]
-    result = _gate(store, tmp_path, a, slowed, "compare.threshold=0.25")
+    result = _gate(store, tmp_path, a, slowed, "compare.threshold=0.5")
     compare = next(r for r in mlflow_runs(store) if r.data.tags.get("dlbench.kind") == "compare")
     changes = pd.read_csv(StringIO(artifact_text(store, compare.info.run_id, "changes.csv"))).set_index("operation")
-    # ids 0, 2, 4 time problems 2.5 times larger: twice the threshold of 1.25 away, beyond what a 2-core VM's
-    # noise moves a median of 2 rounds (a factor of 1.6 once left the stem's interval straddling 1.25)
+    # ids 0, 2, 4 time problems 2.5 times larger, beyond what a 2-core VM's noise moves a median of 2 rounds (a
+    # factor of 1.6 once left the stem's interval straddling a threshold of 1.25)
     even = changes.loc[["stem", "l1_256", "l3_1024"]]
     busy = even["why"].fillna("").str.contains("busy machine|contended")
     # on a busy machine the honest answer is unsure, with the reason; where it was quiet, slower and exit 1
