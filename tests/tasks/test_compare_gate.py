@@ -109,9 +109,14 @@ def test_a_gate_without_a_baseline_fails_at_compose_time(tmp_path: Path, store: 
     assert result.returncode == 2 and "compare.fail_on needs compare.baseline" in result.stderr
 
 
+#: the fast settings with contention watched: the gate's answer for a sweep another process slowed is unsure
+WATCHED = tuple(o for o in FAST if not o.startswith("measure.contended_below=")) + ("measure.contended_below=0.85",)
+
+
 def _sweep(store: Store, tmp_path: Path, backend: str) -> str:
-    overrides = ("+benchmark=relu", "batch_size=2", f"backend={backend}", f"--config-dir={SCALED_CONF}", "threads=1")
-    result = run_dlbench(*overrides, *FAST, "measure.rounds=2", "measure.min_reps=12", cwd=tmp_path, store=store)
+    overrides = ("+benchmark=relu_small", "batch_size=2", f"backend={backend}", f"--config-dir={SCALED_CONF}")
+    overrides += ("threads=1",)
+    result = run_dlbench(*overrides, *WATCHED, "measure.rounds=2", "measure.min_reps=12", cwd=tmp_path, store=store)
     assert result.returncode == 0, result.stderr[-2000:]
     return mlflow_runs(store)[0].info.run_id
 
@@ -123,12 +128,12 @@ def test_gate_on_real_sweeps_passes_the_same_sweep_and_stops_the_slowed_one(tmp_
     machine = json.loads(artifact_text(store, a, "machine.json"))
     assert machine["lib.torch"] and run.data.tags["dlbench.machine.kernel"] == machine["kernel"]
 
-    # a threshold of 50%: the second of two sweeps of the same executable once ran every operation 1.28-1.44x
-    # slower (the VM's own speed; its reference probe 1.11x), a false alarm at 25%; the known slowdown of 2.5x
-    # stays well beyond it
-    same = _gate(store, tmp_path, a, again, "compare.threshold=0.5")
+    # problems that fit a core's L2 (tests/data/compare/benchmark/relu_small.yaml): with ResNet-50's full shapes
+    # the second of two sweeps of the same executable once ran every operation 1.28-1.55x slower (another core's
+    # memory traffic; CPU efficiency 1.0), a false alarm at this threshold
+    same = _gate(store, tmp_path, a, again, "compare.threshold=0.25")
     assert same.returncode == 0, same.stdout[-3000:] + same.stderr[-2000:]
-    result = _gate(store, tmp_path, a, slowed, "compare.threshold=0.5")
+    result = _gate(store, tmp_path, a, slowed, "compare.threshold=0.25")
     compare = next(r for r in mlflow_runs(store) if r.data.tags.get("dlbench.kind") == "compare")
     changes = pd.read_csv(StringIO(artifact_text(store, compare.info.run_id, "changes.csv"))).set_index("operation")
     # ids 0, 2, 4 time problems 2.5 times larger, beyond what a 2-core VM's noise moves a median of 2 rounds (a

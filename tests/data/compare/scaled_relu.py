@@ -1,6 +1,7 @@
 """An operator benchmark executable (the CSV protocol) that times ReLU (numpy) on each row's problem, with the
 problems of the even ids made ``factor`` times larger: a sweep with a known slowdown on a known half of its
-operations. Usage: ``python scaled_relu.py FACTOR INPUT.csv``; writes ``INPUT_out.csv`` and ``INPUT_samples.csv``."""
+operations. Each row carries its CPU efficiency, so a sweep another process slowed is marked contended.
+Usage: ``python scaled_relu.py FACTOR INPUT.csv``; writes ``INPUT_out.csv`` and ``INPUT_samples.csv``."""
 
 import os
 import sys
@@ -15,22 +16,29 @@ def main() -> None:
     warmup = int(os.environ.get("DLBENCH_WARMUP", "2"))
     reps = max(int(os.environ.get("DLBENCH_MIN_REPS", "10")), 5)
     rows = [line.split(",") for line in path.read_text().split() if line]
-    out, samples = ["id,ms"], ["id,ms"]
-    for row in rows:
-        op_id = int(row[0])
-        n, c, h, w = (int(float(v)) for v in row[1:5])
-        size = n * c * h * w * (factor if op_id % 2 == 0 else 1.0)
-        x = np.random.default_rng(op_id).standard_normal(int(size), dtype=np.float32)
-        y = np.empty_like(x)
-        times = []
-        for i in range(warmup + reps):
-            start = time.perf_counter()
-            np.maximum(x, 0.0, out=y)
-            if i >= warmup:
-                times.append((time.perf_counter() - start) * 1e3)
-        out.append(f"{op_id},{float(np.median(times)):.7g}")
-        samples += [f"{op_id},{t:.7g}" for t in times]
-    path.with_name(f"{path.stem}_out.csv").write_text("\n".join(out) + "\n")
+    samples = ["id,ms"]
+    with path.with_name(f"{path.stem}_out.csv").open("w") as out:
+        out.write("id,ms,cpu_efficiency\n")  # the header before measuring, each row as it is measured
+        out.flush()
+        for row in rows:
+            op_id = int(row[0])
+            n, c, h, w = (int(float(v)) for v in row[1:5])
+            size = n * c * h * w * (factor if op_id % 2 == 0 else 1.0)
+            x = np.random.default_rng(op_id).standard_normal(int(size), dtype=np.float32)
+            y = np.empty_like(x)
+            times = []
+            for i in range(warmup + reps):
+                if i == warmup:
+                    cpu, wall = time.process_time(), time.perf_counter()
+                start = time.perf_counter()
+                np.maximum(x, 0.0, out=y)
+                if i >= warmup:
+                    times.append((time.perf_counter() - start) * 1e3)
+            # this process's CPU time over the wall time of its timed calls: below 1, another process held the core
+            efficiency = min((time.process_time() - cpu) / (time.perf_counter() - wall), 1.0)
+            out.write(f"{op_id},{float(np.median(times)):.7g},{efficiency:.4f}\n")
+            out.flush()
+            samples += [f"{op_id},{t:.7g}" for t in times]
     path.with_name(f"{path.stem}_samples.csv").write_text("\n".join(samples) + "\n")
 
 
