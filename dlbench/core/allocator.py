@@ -81,18 +81,21 @@ class _Mallinfo2(ctypes.Structure):
 
 def heap_in_use() -> int:
     """Bytes in use in the main heap (glibc's ``mallinfo2().uordblks``); 0 where it cannot be read."""
-    libc = _libc()
-    return int(libc.mallinfo2().uordblks) if libc is not None and hasattr(libc, "mallinfo2") else 0
+    info = _mallinfo2()
+    return int(info.uordblks) if info is not None else 0
 
 
 def allocated_bytes() -> int:
     """Bytes the C library's allocator has handed out and not had back, heap and mapped blocks alike
     (``mallinfo2``: ``uordblks + hblkhd``); 0 where it cannot be read."""
+    info = _mallinfo2()
+    return int(info.uordblks) + int(info.hblkhd) if info is not None else 0
+
+
+def _mallinfo2() -> _Mallinfo2 | None:
+    """The allocator's statistics now; None without glibc's ``mallinfo2``."""
     libc = _libc()
-    if libc is None or not hasattr(libc, "mallinfo2"):
-        return 0
-    info = libc.mallinfo2()
-    return int(info.uordblks) + int(info.hblkhd)
+    return libc.mallinfo2() if libc is not None and hasattr(libc, "mallinfo2") else None
 
 
 def prefault_heap(nbytes: int) -> int:

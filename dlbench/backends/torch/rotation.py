@@ -36,7 +36,7 @@ def copies_for_reuse(row_bytes: int, reuse_bytes: int, cap_bytes: int) -> int:
     time in the step). Never more than fill ``cap_bytes``; 1 without a reuse distance (timed hot)."""
     if reuse_bytes <= 0 or row_bytes <= 0:
         return 1
-    return max(1, min(1 + round(reuse_bytes / row_bytes), copies_for(row_bytes, cap_bytes)))
+    return min(1 + round(reuse_bytes / row_bytes), copies_for(row_bytes, cap_bytes))
 
 
 def rotated(build: Callable[[], Callable[[], object]], copies: int) -> Callable[[], object]:
@@ -53,6 +53,10 @@ def rotated(build: Callable[[], Callable[[], object]], copies: int) -> Callable[
         return result
 
     return call
+
+
+#: turns of the rotation :func:`fault_in` waits for one without faults
+MAX_FAULT_IN = 4
 
 
 def fault_in(call: Callable[[], object], copies: int, warmup: int) -> int:
@@ -94,10 +98,6 @@ def _allocated(device: torch.device) -> Callable[[], int]:
     if device.type == "cuda":
         return lambda: torch.cuda.memory_allocated(device)
     return allocated_bytes
-
-
-#: turns of the rotation :func:`fault_in` waits for one without faults
-MAX_FAULT_IN = 4
 
 
 #: when the last-level cache's size cannot be read
