@@ -8,7 +8,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from dlbench.onnx.errors import ExtractionError, ModelSettingError
+from dlbench.onnx.errors import ModelSettingError, UnreadableModel
 
 log = logging.getLogger(__name__)
 
@@ -30,9 +30,9 @@ def load_model(path: Path) -> tuple[Any, str]:
     try:
         model = onnx.load_model_from_string(data)
     except (DecodeError, ValueError, RuntimeError) as err:
-        raise ExtractionError(f"{path}: not a readable ONNX model (truncated or not ONNX at all): {err}") from err
+        raise UnreadableModel(f"{path}: not a readable ONNX model (truncated or not ONNX at all): {err}") from err
     if not model.graph.node or not model.opset_import:
-        raise ExtractionError(
+        raise UnreadableModel(
             f"{path}: not an ONNX model: the file parsed as protobuf but has "
             f"{len(model.graph.node)} nodes and {len(model.opset_import)} opset imports"
         )
@@ -51,7 +51,7 @@ def check_weights(model: Any, path: Path) -> None:
         if tensor.data_location == onnx.TensorProto.EXTERNAL:
             location = next((e.value for e in tensor.external_data if e.key == "location"), "")
             if not location or not (path.parent / location).is_file():
-                raise ExtractionError(
+                raise UnreadableModel(
                     f"{path}: weight {tensor.name!r} is stored in {location!r} beside the model, "
                     "but that file is missing"
                 )
@@ -60,7 +60,7 @@ def check_weights(model: Any, path: Path) -> None:
             itemsize = _ITEMSIZE.get(tensor.data_type)
             needed = math.prod(tensor.dims) * itemsize if itemsize else 0
             if tensor.ByteSize() < needed:
-                raise ExtractionError(
+                raise UnreadableModel(
                     f"{path}: weight {tensor.name!r} holds fewer than the {needed} bytes its dims "
                     f"{list(tensor.dims)} need (a damaged file?)"
                 )
@@ -104,7 +104,7 @@ def check_model(model: Any, path: Path) -> None:
         onnx.checker.check_model(model)
     except onnx.checker.ValidationError as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else repr(err)
-        raise ExtractionError(f"{path}: the ONNX checker rejects the model: {first}") from err
+        raise UnreadableModel(f"{path}: the ONNX checker rejects the model: {first}") from err
 
 
 def default_opset(model: Any) -> int:

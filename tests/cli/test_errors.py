@@ -92,14 +92,21 @@ def test_a_benchmark_writing_no_output_is_summarised_in_one_line(tmp_path: Path,
     assert result.stderr.count("no result row") == 1
 
 
-def test_a_truncated_onnx_file_is_named_and_leaves_no_store(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("task", "damage"),
+    [("task=extract", "truncated"), ("task=benchmark_model", "truncated"), ("task=evaluate", "not_onnx")],
+)
+def test_a_corrupt_model_file_is_bad_input_named_with_exit_2_and_leaves_no_store(
+    tmp_path: Path, task: str, damage: str
+) -> None:
     path = tmp_path / "broken.onnx"
     data = exported("mlp").read_bytes()
-    path.write_bytes(data[: len(data) // 3])
-    result = run_dlbench("task=extract", f"model={path.name}", cwd=tmp_path)  # the default store: ./mlflow.db
-    assert result.returncode == 1
+    path.write_bytes(data[: len(data) // 3] if damage == "truncated" else b"\x08\x07" + bytes(range(256)) * 40)
+    result = run_dlbench(task, f"model={path.name}", cwd=tmp_path)  # the default store: ./mlflow.db
+    assert result.returncode == 2, result.stderr
     assert_no_traceback(result)
-    assert result.stderr.startswith(f"dlbench: {path}: not a readable ONNX model (truncated")
+    assert result.stderr.startswith(f"dlbench: {path}: not")
+    assert "ONNX model" in result.stderr.splitlines()[0]
     assert not (tmp_path / "mlflow.db").exists(), "MLflow is imported meanwhile, but no store is created"
 
 
