@@ -39,7 +39,7 @@ CALLS_PER_OUTLIER = 2
 #: outliers whose causes are checked: the costliest slower ones (the re-timing's time stays bounded)
 OUTLIERS_CHECKED = 5
 CAUSE_COLUMNS = [
-    "id", "operation", "aten_op", "cause", "detail", "plain_ms", "with_cause_ms", "retimed_ratio",
+    "id", "operation", "aten_op", "call", "cause", "detail", "plain_ms", "with_cause_ms", "retimed_ratio",
     "outlier_ratio", "reproduced", "fix",
 ]  # fmt: skip
 
@@ -87,7 +87,9 @@ def flags_of(call: Mapping[str, Any], machine: Mapping[str, Any], dtype: str) ->
     for index, t in enumerate(tensors):
         where = f"input {index} {t['shape']}"
         if t.get("subnormal", 0) > MIN_FRACTION:
-            flags.setdefault("subnormal", f"subnormal values: {100 * t['subnormal']:.3g}% of {where}")
+            flags.setdefault(
+                "subnormal", f"subnormal values: {100 * t['subnormal']:.3g}% of {where}{_flushed(machine)}"
+            )
         if t.get("nonfinite", 0) > MIN_FRACTION:
             flags.setdefault("nonfinite", f"NaN/Inf: {100 * t['nonfinite']:.3g}% of {where}")
         if not t.get("contiguous", True) and t.get("numel", 0) > 1 and not _blas_layout(call, t):
@@ -95,14 +97,29 @@ def flags_of(call: Mapping[str, Any], machine: Mapping[str, Any], dtype: str) ->
             flags.setdefault("strides", f"{layout} {where}, strides {t['strides']}")
         if t["dtype"].startswith(("float", "bfloat")) and t["dtype"] != dtype:
             flags.setdefault("dtype", f"{t['dtype']} {where} (benchmarked in {dtype})")
-    threads, cores = int(machine.get("torch_threads", 0)), int(machine.get("cores", 0))
+    threads, cores = int(machine.get("torch_threads", 0)), physical_cores_of(machine)
     busy = competing_threads(machine)
     if cores and threads + busy > cores + 0.25:
         flags["threads"] = (
             f"{threads} step thread(s) and {busy:.2g} runnable thread(s) of the script's child processes on "
-            f"{cores} core(s)"
+            f"{cores} physical core(s)"
         )
     return flags
+
+
+def physical_cores_of(machine: Mapping[str, Any]) -> int:
+    """The physical cores the step had (a record before ``physical_cores`` named its logical CPUs ``cores``)."""
+    return int(machine.get("physical_cores", machine.get("cores", 0)))
+
+
+def _flushed(machine: Mapping[str, Any]) -> str:
+    """Whether the step ran with subnormals flushed to zero, as the subnormal cause says it (the re-timing
+    runs with the same setting); nothing where the record does not say."""
+    if "flush_denormal" not in machine:
+        return ""
+    if machine["flush_denormal"]:
+        return "; the step flushed them to zero (torch.set_flush_denormal(True) was on), and so does the re-timing"
+    return "; the step did not flush them (torch.set_flush_denormal was off)"
 
 
 def retime_items(
@@ -121,10 +138,12 @@ def retime_items(
                 continue
             variants = ["plain", *flags] + (["recorded"] if len(flags) > 1 else [])
             items.append({
-                "key": f"{call_key(name, shapes)} {sorted(flags)}", "id": int(row.id), "aten_op": name, "call": call,
+                "key": f"{call_key(name, shapes)} {sorted(flags)}", "call_key": call_key(name, shapes),
+                "id": int(row.id), "aten_op": name, "call": call,
                 "flags": list(flags), "details": flags, "variants": variants,
                 "threads": int(machine.get("torch_threads", 1)),
                 "competitors": competing_threads(machine),
+                "flush_denormal": bool(machine.get("flush_denormal", False)),
             })  # fmt: skip
     return items
 
@@ -169,7 +188,7 @@ def interpret(
             ratio = with_cause / plain if plain > 0 else math.nan
             rows.append({
                 "id": item["id"], "operation": f"{outlier['op_type']} {outlier['pass']} {outlier['name']}",
-                "aten_op": item["aten_op"], "cause": flag,
+                "aten_op": item["aten_op"], "call": item["call_key"], "cause": flag,
                 "detail": item["details"][flag] + (f" (not re-timed: {result['error']})" if "error" in result else ""),
                 "plain_ms": plain, "with_cause_ms": with_cause, "retimed_ratio": ratio,
                 "outlier_ratio": outlier_ratio, "reproduced": reproduces(ratio, outlier_ratio, band),
@@ -209,20 +228,36 @@ def with_causes_ms(
 ) -> float | None:
     """What the reproduced causes add to the step: per re-timed call with a reproduced cause, its re-timed time
     with its properties (all recorded ones when several were timed together) less its plain time, times its
-    calls in the step; None when no cause reproduced."""
+    calls in the step; None when no cause reproduced or no such call has finite times. A call's causes are
+    its own (by its key, the operator and its shapes): another call of the same operator lends it none."""
     if causes.empty or not causes["reproduced"].any():
         return None
     timed = {r["key"]: r.get("ms", {}) for r in results}
+    reproduced = causes[causes["reproduced"].astype(bool)]
     extra: dict[str, float] = {}  # by call: two outliers that share a profiled call add its time once
     for item in items:
-        mine = causes[(causes["id"] == item["id"]) & (causes["aten_op"] == item["aten_op"]) & causes["reproduced"]]
-        ms = timed.get(item["key"], {})
-        if mine.empty or not ms.get("plain"):
-            continue
-        slowest = ms.get("recorded") if "recorded" in ms else max(ms[c] for c in mine["cause"])
-        call = call_key(item["aten_op"], item["call"].get("shapes", []))
-        extra[call] = max(slowest - ms["plain"], 0.0) * int(item["call"].get("calls", 1))
-    return sum(extra.values())
+        mine = reproduced[(reproduced["id"] == item["id"]) & (reproduced["call"] == item["call_key"])]
+        slowdown = _slowdown_ms(timed.get(item["key"], {}), list(mine["cause"]))
+        if slowdown is not None:
+            extra[item["call_key"]] = slowdown * int(item["call"].get("calls", 1))
+    return sum(extra.values()) if extra else None
+
+
+def _finite_ms(ms: Mapping[str, Any], variant: str) -> float | None:
+    value = ms.get(variant)
+    return float(value) if isinstance(value, int | float) and math.isfinite(value) else None
+
+
+def _slowdown_ms(ms: Mapping[str, Any], reproduced: Sequence[str]) -> float | None:
+    """One call's re-timed time with its reproduced causes less its plain time (never below 0): the ``recorded``
+    variant (every property at once) where it was timed, else the slowest reproduced cause; None without a
+    finite plain time or any finite time with a cause."""
+    plain = _finite_ms(ms, "plain")
+    with_causes = [v for v in (_finite_ms(ms, c) for c in reproduced) if v is not None]
+    slowest = _finite_ms(ms, "recorded") or max(with_causes, default=None)
+    if not reproduced or plain is None or slowest is None:
+        return None
+    return max(slowest - plain, 0.0)
 
 
 @dataclass(frozen=True)

@@ -1,6 +1,7 @@
 """The cache state a step's operations find their tensors in, from the step itself: the ONNX graph's nodes in
 the order they run (forward, the loss, the backward pass in reverse, the optimizer over every parameter), each
-reading and writing named tensors of known sizes. Replaying two steps through a least-recently-used stack gives,
+reading and writing named tensors of known sizes (each at its own dtype: the graph's element type, or the
+one the step ran where a caller says it). Replaying two steps through a least-recently-used stack gives,
 for every tensor an operation reads, its reuse distance: the bytes of the distinct other tensors the step touched
 since that tensor was last touched (short for the next layer's input, long for an activation saved in the
 forward pass and read in the backward pass, about one step for a parameter). An operation's footprint is the
@@ -16,10 +17,29 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from dlbench.core.dtypes import DTYPE_BYTES
 from dlbench.core.values import Operation
+from dlbench.onnx.update import COSTED_OPTIMIZERS
 
-#: state tensors each optimizer keeps per parameter (momentum; Adam's two moments)
-OPTIMIZER_STATES = {"SGD": 1, "Adam": 2, "AdamW": 2, "RMSprop": 1}
+#: when no optimizer was recorded: SGD with momentum, one state tensor per parameter (``onnx/step.py`` assumes it)
+ASSUMED_OPTIMIZER_STATES = 1
+#: the steps replayed: the distances are read in the last, when every tensor has been touched before
+REPLAYED_STEPS = 2
+
+
+def optimizer_states(op: Operation) -> int:
+    """State tensors ``op`` (an optimizer's update) keeps per parameter, as torch.optim keeps them: SGD a
+    momentum buffer only with momentum; Adam and AdamW two moments, a third with amsgrad; RMSprop its square
+    average, a momentum buffer with momentum and a gradient average when centered; 0 for anything else."""
+    p = op.param_dict
+    if op.op_type == "SGD":
+        return int(float(p.get("momentum", 0)) != 0)
+    if op.op_type in ("Adam", "AdamW"):
+        return 2 + int(float(p.get("amsgrad", 0)) != 0)
+    if op.op_type == "RMSprop":
+        return 1 + int(float(p.get("momentum", 0)) != 0) + int(float(p.get("centered", 0)) != 0)
+    return 0
+
 
 RULE = (
     "per operation, the byte-weighted mean reuse distance of the tensors it reads (bytes of the other "
@@ -51,6 +71,8 @@ class StepFootprint:
     notes: tuple[str, ...] = ()
     #: per event, the reuse distance of each tensor it touches
     distances: Mapping[tuple[str, str], Mapping[str, int]] = field(default_factory=dict)
+    #: every tensor's bytes, each at its own dtype (the graph's element type, or the one the step ran)
+    tensor_bytes: Mapping[str, int] = field(default_factory=dict)
 
     def summary(self) -> str:
         sizes = sorted(self.operations.values())
@@ -80,28 +102,57 @@ def grad(name: str) -> str:
     return f"grad:{name}"
 
 
+def graph_dtypes(
+    nodes: Sequence[Any], node_inputs: Mapping[str, Sequence[str]], output_names: Mapping[str, Sequence[str]]
+) -> dict[str, str]:
+    """Each tensor's dtype as the graph says it: the element types of the extraction's node specs (an input's
+    type is read from the graph; a spec's output type is a guess where inference left it open, so inputs win).
+    A node without a spec (a layout node, one whose types could not all be carried) says nothing."""
+    read: dict[str, str] = {}
+    written: dict[str, str] = {}
+    for node in nodes:
+        spec = getattr(node, "node", None)
+        if spec is None:
+            continue
+        for name, tensor in zip(node_inputs.get(node.name, ()), spec.inputs, strict=False):
+            if name and tensor is not None:
+                read.setdefault(name, tensor.dtype)
+        for name, tensor in zip(output_names.get(node.name, ()), spec.outputs, strict=False):
+            if name:
+                written.setdefault(name, tensor.dtype)
+    return {**written, **read}
+
+
 def step_events(
     nodes: Sequence[Any],
     node_inputs: Mapping[str, Sequence[str]],
     output_names: Mapping[str, Sequence[str]],
     requires_grad: frozenset[str] | set[str],
     parameters: Sequence[str],
-    dtype_bytes: int = 4,
+    tensor_dtypes: Mapping[str, str],
+    default_bytes: int = 4,
     training: bool = True,
-    optimizer_states: int = 1,
+    optimizer_states: int = ASSUMED_OPTIMIZER_STATES,
 ) -> tuple[list[Event], dict[str, int]]:
-    """The step's kernels in the order they run and every tensor's bytes. ``nodes``: extracted ONNX node
-    records (``name, kind, input_shapes, output_shapes``) in graph order; a layout node's output is a view of
-    its first input (one tensor). ``training=False``: the forward pass only (a served model)."""
+    """The step's kernels in the order they run and every tensor's bytes, each at its dtype in
+    ``tensor_dtypes`` (``default_bytes`` an element where it has none); a gradient and an optimizer state at their
+    tensor's. ``nodes``: extracted ONNX node records (``name, kind, input_shapes, output_shapes``) in graph
+    order; a layout node's output is a view of its first input (one tensor). ``training=False``: the forward
+    pass only (a served model)."""
     sizes: dict[str, int] = {}
     alias: dict[str, str] = {}
     forward: list[Event] = []
     consumers: list[tuple[str, list[str], list[str]]] = []
+
+    def size(tensor: str, shape: Any) -> int:
+        dtype = tensor_dtypes.get(tensor, tensor_dtypes.get(alias.get(tensor, tensor), ""))
+        return _numel(shape) * DTYPE_BYTES.get(dtype, default_bytes)
+
     for node in nodes:
         inputs, outputs = list(node_inputs.get(node.name, ())), list(output_names.get(node.name, ()))
         for tensor, shape in zip(inputs, node.input_shapes, strict=False):
             if tensor:
-                sizes.setdefault(alias.get(tensor, tensor), _numel(shape) * dtype_bytes)
+                sizes.setdefault(alias.get(tensor, tensor), size(tensor, shape))
         if node.kind == "layout" and inputs and inputs[0]:
             for out in outputs:
                 alias[out] = alias.get(inputs[0], inputs[0])
@@ -110,24 +161,12 @@ def step_events(
         writes = [alias.get(t, t) for t in outputs if t]
         for tensor, shape in zip(outputs, node.output_shapes, strict=False):
             if tensor:
-                sizes[alias.get(tensor, tensor)] = _numel(shape) * dtype_bytes
+                sizes[alias.get(tensor, tensor)] = size(tensor, shape)
         forward.append(Event((node.name, "forward"), tuple(reads), tuple(writes)))
         consumers.append((node.name, inputs, outputs))
     if not training:
         return forward, sizes
-    events = list(forward)
-    produced = {t for e in forward for t in e.writes}
-    consumed = {t for e in forward for t in e.reads}
-    logits = tuple(sorted(produced - consumed))
-    events.append(Event(("loss", "loss"), logits, tuple(grad(t) for t in logits)))
-    for name, inputs, outputs in reversed(consumers):
-        grads_out = tuple(grad(alias.get(t, t)) for t in outputs if t)
-        present = [(i, alias.get(t, t)) for i, t in enumerate(inputs) if t]
-        for index, tensor in present:
-            if inputs[index] not in requires_grad and tensor not in requires_grad:
-                continue
-            others = tuple(t for i, t in present if i != index) if len(present) > 1 else (tensor,)
-            events.append(Event((name, str(index)), grads_out + others, (grad(tensor),)))
+    events = list(forward) + _backward_events(forward, consumers, alias, requires_grad)
     for parameter in parameters:
         states = tuple(f"state{k}:{parameter}" for k in range(optimizer_states))
         events.append(Event((parameter, "optimizer"), (parameter, grad(parameter), *states), (parameter, *states)))
@@ -139,26 +178,40 @@ def step_events(
     return events, sizes
 
 
-def reuse_distances(
-    events: Sequence[Event], sizes: Mapping[str, int], steps: int = 2
-) -> dict[tuple[str, str], dict[str, int]]:
-    """Per event of the last of ``steps`` replayed steps, each tensor it reads or writes and its reuse distance
-    in bytes (a tensor no earlier event touched: the whole working set, as a batch fresh from the data loader).
-    A tensor written is taken to land in the memory it had one step before (a steady step allocates the same
-    blocks in the same order), so its distance counts from its last touch then, as a read's does."""
-    working_set = sum(sizes.get(t, 0) for t in {t for e in events for t in e.reads + e.writes})
-    touches = _Touches(steps * sum(len(e.reads) + len(e.writes) for e in events))
+def _backward_events(
+    forward: Sequence[Event], consumers: Sequence[tuple[str, list[str], list[str]]], alias: Mapping[str, str],
+    requires_grad: frozenset[str] | set[str],
+) -> list[Event]:  # fmt: skip
+    """The loss on the outputs no node reads, then each node's gradient per input that needs one, in reverse."""
+    produced = {t for e in forward for t in e.writes}
+    consumed = {t for e in forward for t in e.reads}
+    logits = tuple(sorted(produced - consumed))
+    events = [Event(("loss", "loss"), logits, tuple(grad(t) for t in logits))]
+    for name, inputs, outputs in reversed(consumers):
+        grads_out = tuple(grad(alias.get(t, t)) for t in outputs if t)
+        present = [(i, alias.get(t, t)) for i, t in enumerate(inputs) if t]
+        for index, tensor in present:
+            if inputs[index] not in requires_grad and tensor not in requires_grad:
+                continue
+            others = tuple(t for i, t in present if i != index) if len(present) > 1 else (tensor,)
+            events.append(Event((name, str(index)), grads_out + others, (grad(tensor),)))
+    return events
+
+
+def reuse_distances(events: Sequence[Event], sizes: Mapping[str, int]) -> dict[tuple[str, str], dict[str, int]]:
+    """Per event of the last of :data:`REPLAYED_STEPS` replayed steps, each tensor it reads and its reuse
+    distance in bytes. Every tensor was touched in the step before (the batch, too: a steady step's batch
+    lands where the last one was). A tensor written is taken to land in the memory it had one step before (a
+    steady step allocates the same blocks in the same order), so its distance counts from its last touch
+    then, as a read's does."""
+    touches = _Touches(REPLAYED_STEPS * sum(len(e.reads) + len(e.writes) for e in events))
     distances: dict[tuple[str, str], dict[str, int]] = {}
-    for step in range(steps):
+    for step in range(REPLAYED_STEPS):
         for event in events:
-            seen: dict[str, int] = {}
-            for tensor in event.reads:
-                if tensor not in seen:
-                    seen[tensor] = touches.since(tensor, working_set)
+            if step == REPLAYED_STEPS - 1:
+                distances[event.key] = {tensor: touches.since(tensor) for tensor in dict.fromkeys(event.reads)}
             for tensor in event.reads + event.writes:
                 touches.touch(tensor, sizes.get(tensor, 0))
-            if step == steps - 1:
-                distances[event.key] = seen
     return distances
 
 
@@ -185,10 +238,8 @@ class _Touches:
             index -= index & -index
         return out
 
-    def since(self, tensor: str, unseen: int) -> int:
-        """Bytes of the other tensors touched since ``tensor`` was last touched (``unseen`` if never)."""
-        if tensor not in self.last:
-            return unseen
+    def since(self, tensor: str) -> int:
+        """Bytes of the other tensors touched since ``tensor`` was last touched."""
         at, _ = self.last[tensor]
         return self.total - self._prefix(at)
 
@@ -264,41 +315,57 @@ def step_footprint(
     input_of: Mapping[int, int],
     nodes: Sequence[Any],
     facts: Any,
-    dtype_bytes: int = 4,
+    default_bytes: int = 4,
     training: bool = True,
+    tensor_dtypes: Mapping[str, str] | None = None,
 ) -> StepFootprint:
     """The rule end to end for a step's ``operations`` (``facts``: :class:`dlbench.onnx.step.GraphFacts`;
-    ``nodes``: the extraction's node records)."""
+    ``nodes``: the extraction's node records). Each tensor is sized at its dtype: the one the step ran
+    (``tensor_dtypes``, tensor name -> dtype, e.g. what autocast ran), else the graph's element type, else
+    ``default_bytes`` an element."""
     output_names: dict[str, list[str]] = {}
     for tensor, (node, position) in facts.output_producers.items():
         names = output_names.setdefault(node, [])
         names.extend([""] * (position + 1 - len(names)))
         names[position] = tensor
-    states = max((OPTIMIZER_STATES.get(op.op_type, 0) for op in operations), default=0) or 1
+    optimizers = [op for op in operations if passes.get(op.id) == "optimizer" and op.op_type in COSTED_OPTIMIZERS]
+    states = max(map(optimizer_states, optimizers)) if optimizers else ASSUMED_OPTIMIZER_STATES
+    ordered = sorted(nodes, key=lambda n: n.index)
+    dtypes = {**graph_dtypes(ordered, facts.node_inputs, output_names), **(tensor_dtypes or {})}
     events, sizes = step_events(
-        sorted(nodes, key=lambda n: n.index), facts.node_inputs, output_names, facts.requires_grad,
-        [name for name, _ in facts.parameters], dtype_bytes, training, states,
+        ordered, facts.node_inputs, output_names, facts.requires_grad, [name for name, _ in facts.parameters],
+        dtypes, default_bytes, training, states,
     )  # fmt: skip
     touched = {t for e in events for t in e.reads + e.writes}
     working_set = sum(sizes.get(t, 0) for t in touched)
     distances = reuse_distances(events, sizes)
     per_event = event_footprints(distances, sizes)
     per_op, notes = operation_footprints(operations, passes, input_of, per_event, sizes, working_set)
-    return StepFootprint(working_set, per_event, per_op, tuple(notes), distances)
+    return StepFootprint(working_set, per_event, per_op, tuple(notes), distances, sizes)
 
 
-def placed_step(step: Any, unfolding: Any, nodes: Sequence[Any], facts: Any, dtype_bytes: int = 4):
+def placed_step(
+    step: Any, unfolding: Any, nodes: Sequence[Any], facts: Any, default_bytes: int = 4,
+    tensor_dtypes: Mapping[str, str] | None = None,
+):  # fmt: skip
     """``step`` (:class:`dlbench.onnx.step.TrainingStep`) with each operation's ``footprint_bytes`` set by the
     rule, and the :class:`StepFootprint` that decided them (``unfolding``: the step's
-    :class:`dlbench.onnx.unfold.Unfolding`, which says the input each backward pass differentiates)."""
+    :class:`dlbench.onnx.unfold.Unfolding`, which says the input each backward pass differentiates).
+    ``default_bytes``: the element size of a tensor whose dtype neither ``tensor_dtypes`` (tensor name ->
+    dtype the step ran) nor the graph says."""
     input_of = {op.id: unfolding.input_of(op.id) for op in step.operations}
-    decided = step_footprint(step.operations, step.passes, input_of, nodes, facts, dtype_bytes)
+    decided = step_footprint(
+        step.operations, step.passes, input_of, nodes, facts, default_bytes, tensor_dtypes=tensor_dtypes,
+    )  # fmt: skip
     operations = tuple(replace(op, footprint_bytes=decided.operations.get(op.id)) for op in step.operations)
     return replace(step, operations=operations), decided
 
 
-def placed_forward(operations: Sequence[Operation], nodes: Sequence[Any], facts: Any, dtype_bytes: int = 4):
+def placed_forward(
+    operations: Sequence[Operation], nodes: Sequence[Any], facts: Any, tensor_dtypes: Mapping[str, str] | None = None
+):
     """A served model's ``operations`` with each one's ``footprint_bytes`` from its forward pass alone (the
-    weights read one forward apart, each activation right after it was written), and the decision."""
-    decided = step_footprint(operations, {}, {}, nodes, facts, dtype_bytes, training=False)
+    weights read one forward apart, each activation right after it was written), and the decision; each
+    tensor at its graph's element type, or the dtype it ran (``tensor_dtypes``)."""
+    decided = step_footprint(operations, {}, {}, nodes, facts, training=False, tensor_dtypes=tensor_dtypes)
     return [replace(op, footprint_bytes=decided.operations.get(op.id)) for op in operations], decided

@@ -52,7 +52,7 @@ from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.patterns import fuse_exported_gelus
 from dlbench.onnx.step import graph_facts, training_step, with_dtype_costs
 from dlbench.operators.collectives import measure_allreduce, measure_gradient_copies
-from dlbench.operators.footprint_file import with_rotation_columns
+from dlbench.operators.footprint_file import rotation_notes, with_rotation_columns
 from dlbench.operators.launch import FRAMEWORK_OUT, read_launch_ms
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import model_coverage
@@ -302,7 +302,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         metrics.update({"step_working_set_bytes": t.placed.working_set_bytes} if t.placed else {})
         notes = list(t.notes) + [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
         not_costed_notes, not_costed_metrics = not_costed_time(t.step.not_costed, t.profile, t.profiled_ms)
-        notes += not_costed_notes + dp_notes
+        notes += not_costed_notes + dp_notes + rotation_notes(frame)
         metrics.update(not_costed_metrics)
         if drift.note():
             notes.append(drift.note())

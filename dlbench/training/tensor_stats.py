@@ -1,16 +1,18 @@
 """The tensors a training step actually had: per aten operator and input shapes in one batch (the last warm-up
 batch, which no measured figure counts), its arguments with each tensor's dtype, shape, strides, memory format
 and value statistics (fractions subnormal, NaN/Inf and zero), and what competed for the cores (the step's
-threads, the script's child processes' CPU use). Written to ``tensor_stats.jsonl`` and read by the evaluation's
+threads, the physical cores and logical CPUs it had, the script's child processes' CPU use, whether subnormals
+were flushed to zero). Written to ``tensor_stats.jsonl`` and read by the evaluation's
 outlier causes (:mod:`dlbench.analysis.causes`)."""
 
 from __future__ import annotations
 
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
+
+from dlbench.core.cores import allowed_cpus, physical_cores
 
 ENV_STATS = "DLBENCH_TENSOR_STATS"
 STATS_FILE = "tensor_stats.jsonl"
@@ -206,7 +208,8 @@ class TensorStats:
         machine = {
             "machine": {
                 "torch_threads": torch.get_num_threads(),
-                "cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+                "physical_cores": physical_cores(),  # hyper-threads of one core share its execution units
+                "logical_cpus": len(allowed_cpus()),
                 "children_busy_cores": round(self._children.busy_cores(), 3),
                 "children_runnable_threads": round(self._children.runnable_threads(), 3),
                 "flush_denormal": _flush_denormal_on(),

@@ -20,7 +20,7 @@ from dlbench.analysis.causes import (
 from dlbench.analysis.match import MatchResult
 from dlbench.core.outliers import OutliersConfig
 
-QUIET = {"torch_threads": 1, "cores": 2, "children_runnable_threads": 0.0}
+QUIET = {"torch_threads": 1, "physical_cores": 2, "logical_cpus": 2, "children_runnable_threads": 0.0}
 
 
 def tensor(shape, strides=None, dtype="float32", **stats):
@@ -39,7 +39,7 @@ def test_a_plain_call_has_no_flags_and_each_property_is_flagged_with_what_was_se
     assert flags_of(call("aten::mul", tensor([8, 4]), tensor([8, 4])), QUIET, "float32") == {}
     flags = flags_of(
         call("aten::mul", tensor([8, 4], subnormal=0.31, nonfinite=0.02), tensor([8, 4], [1, 8], dtype="float64")),
-        {"torch_threads": 1, "cores": 2, "children_runnable_threads": 2.0}, "float32",
+        {"torch_threads": 1, "physical_cores": 2, "children_runnable_threads": 2.0}, "float32",
     )  # fmt: skip
     assert set(flags) == {"subnormal", "nonfinite", "strides", "dtype", "threads"}
     assert "31%" in flags["subnormal"] and "strides [1, 8]" in flags["strides"] and "float64" in flags["dtype"]
@@ -104,3 +104,73 @@ def test_outliers_on_a_machine_busier_than_its_cores_come_with_a_warning():
     assert "3.3x" in busy_machine_lines(found, busy, cores=2)[0]
     assert busy_machine_lines(found, {"load_average_start": 1.5}, cores=2) == []
     assert busy_machine_lines(found.iloc[:0], busy, cores=2) == []
+
+
+def two_mul_calls_of_one_outlier(second):
+    """One slower outlier whose two costliest profiled calls are both aten::mul, at different shapes."""
+    outliers = pd.DataFrame([{"id": 1, "name": "/Mul", "op_type": "Mul", "pass": "forward", "direction": "slower",
+                              "ratio": 8.0, "predicted_ms": 1.0}])  # fmt: skip
+    rows = pd.DataFrame([{"name": "aten::mul", "input_shapes": "[[8, 4], [8, 4]]", "time_us": 8000.0},
+                         {"name": "aten::mul", "input_shapes": "[[16, 4], [16, 4]]", "time_us": 4000.0}])  # fmt: skip
+    match = MatchResult(rows, {1: 12000.0}, ((0, 1, 8000.0), (1, 1, 4000.0)))
+    calls = [call("aten::mul", tensor([8, 4]), tensor([8, 4], [1, 8])), second]
+    return outliers, retime_items(outliers, match, calls, QUIET, "float32")
+
+
+def test_a_cause_reproduced_on_one_call_adds_nothing_for_another_call_of_the_same_operator():
+    # both calls strided; only the first reproduces (6x); the second re-timed 1.1x adds nothing
+    outliers, items = two_mul_calls_of_one_outlier(call("aten::mul", tensor([16, 4]), tensor([16, 4], [1, 16])))
+    assert [i["flags"] for i in items] == [["strides"], ["strides"]]
+    results = [{"key": items[0]["key"], "ms": {"plain": 0.25, "strides": 1.5}},
+               {"key": items[1]["key"], "ms": {"plain": 1.0, "strides": 1.1}}]  # fmt: skip
+    causes = interpret(items, results, outliers, OutliersConfig())
+    assert causes["reproduced"].tolist() == [True, False]
+    assert with_causes_ms(causes, results, items) == pytest.approx(1.5 - 0.25)
+
+
+def test_a_call_without_the_cause_another_call_reproduced_is_left_alone_rather_than_failing():
+    # the second call's only property is a float64 input, not reproduced: its times have no "strides" variant
+    outliers, items = two_mul_calls_of_one_outlier(call("aten::mul", tensor([16, 4]), tensor([16, 4], dtype="float64")))
+    results = [{"key": items[0]["key"], "ms": {"plain": 0.25, "strides": 1.5}},
+               {"key": items[1]["key"], "ms": {"plain": 1.0, "dtype": 1.02}}]  # fmt: skip
+    causes = interpret(items, results, outliers, OutliersConfig())
+    assert with_causes_ms(causes, results, items) == pytest.approx(1.5 - 0.25)
+
+
+def test_a_time_that_is_not_a_number_adds_nothing_to_the_step_with_causes():
+    outliers, items = two_mul_calls_of_one_outlier(call("aten::mul", tensor([16, 4]), tensor([16, 4], [1, 16])))
+    results = [{"key": items[0]["key"], "ms": {"plain": 0.25, "strides": 1.5}},
+               {"key": items[1]["key"], "ms": {"plain": 0.5, "strides": 2.0}}]  # fmt: skip
+    causes = interpret(items, results, outliers, OutliersConfig())
+    assert causes["reproduced"].tolist() == [True, True]
+    # the times the step's figure is taken from: the second call's plain time did not come back as a number
+    results[1]["ms"]["plain"] = math.nan
+    assert with_causes_ms(causes, results, items) == pytest.approx(1.5 - 0.25)
+    results[0]["ms"]["strides"] = math.nan
+    assert with_causes_ms(causes, results, items) is None, "no call left with a time to add"
+
+
+def test_the_subnormal_cause_says_whether_the_step_already_flushed_them():
+    seen = call("aten::mul", tensor([8, 4], subnormal=0.31), tensor([8, 4]))
+    flushed = flags_of(seen, {**QUIET, "flush_denormal": True}, "float32")["subnormal"]
+    kept = flags_of(seen, {**QUIET, "flush_denormal": False}, "float32")["subnormal"]
+    assert "the step flushed them to zero" in flushed and "set_flush_denormal(True)" in flushed
+    assert "the step did not flush them" in kept
+
+
+def test_subnormals_are_retimed_with_the_steps_flushing():
+    outliers = pd.DataFrame([{"id": 1, "name": "/Mul", "op_type": "Mul", "pass": "forward", "direction": "slower",
+                              "ratio": 8.0, "predicted_ms": 1.0}])  # fmt: skip
+    rows = pd.DataFrame([{"name": "aten::mul", "input_shapes": "[[8, 4], [8, 4]]", "time_us": 8000.0}])
+    match = MatchResult(rows, {1: 8000.0}, ((0, 1, 8000.0),))
+    calls = [call("aten::mul", tensor([8, 4], subnormal=0.31), tensor([8, 4]))]
+    for flushed in (True, False):
+        items = retime_items(outliers, match, calls, {**QUIET, "flush_denormal": flushed}, "float32")
+        assert [i["flush_denormal"] for i in items] == [flushed]
+
+
+def test_step_threads_beyond_the_physical_cores_are_flagged_though_logical_cpus_remain():
+    # two threads on one core's two hyper-threads share its execution units
+    machine = {"torch_threads": 2, "physical_cores": 1, "logical_cpus": 2, "children_runnable_threads": 0.0}
+    flags = flags_of(call("aten::mul", tensor([8, 4]), tensor([8, 4])), machine, "float32")
+    assert "1 physical core(s)" in flags["threads"]

@@ -21,6 +21,7 @@ from dlbench.backends.torch.rotation import (
     copies_for,
     copies_for_reuse,
     fault_in,
+    last_level_cache,
     last_level_cache_bytes,
     rotated,
 )
@@ -86,16 +87,36 @@ def test_the_warm_up_lasts_until_a_turn_of_the_rotation_takes_no_page_fault() ->
     assert fault_in(always_faulting, copies=3, warmup=1) == MAX_FAULT_IN * 3, "gives up, timed as it is"
 
 
-def test_the_last_level_cache_is_read_from_sysfs_with_a_fallback(
+def test_the_last_level_cache_is_the_largest_any_cpu_reports_with_a_fallback_said_so(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    for index, size in (("index0", "48K"), ("index2", "1024K"), ("index3", "32768K")):
-        (tmp_path / index).mkdir()
-        (tmp_path / index / "size").write_text(f"{size}\n")
-    monkeypatch.setattr(rotation, "CPU_CACHES", tmp_path)
+    from test_step_caches import fake_sysfs
+
+    # two L3s of different sizes (two core complexes), a CPU that reports no caches, cpu0 without an L3
+    root = fake_sysfs(tmp_path / "cpu", {
+        0: [(1, "48K", "0"), (2, "1024K", "0")],
+        1: [(1, "48K", "1"), (2, "1024K", "1"), (3, "16384K", "0")],
+        2: [(3, "32768K", "1")],
+        3: [],
+    })  # fmt: skip
+    monkeypatch.setattr(rotation, "CPU_ROOT", root)
+    assert last_level_cache(torch.device("cpu")) == (32 << 20, "sysfs")
     assert last_level_cache_bytes(torch.device("cpu")) == 32 << 20
-    monkeypatch.setattr(rotation, "CPU_CACHES", tmp_path / "absent")
-    assert last_level_cache_bytes(torch.device("cpu")) == rotation.FALLBACK_CACHE_BYTES
+    monkeypatch.setattr(rotation, "CPU_ROOT", tmp_path / "absent")
+    assert last_level_cache(torch.device("cpu")) == (rotation.FALLBACK_CACHE_BYTES, "fallback")
+
+
+def test_this_machines_caches_are_read_from_sysfs_as_lscpu_reads_them() -> None:
+    import shutil
+
+    if shutil.which("lscpu") is None or not Path("/sys/devices/system/cpu/cpu0/cache").exists():
+        pytest.skip("no lscpu or no cache sizes in sysfs here")
+    done = subprocess.run(["lscpu", "-C=LEVEL,ONE-SIZE", "-B"], capture_output=True, text=True, check=False)
+    levels = [line.split() for line in done.stdout.splitlines()[1:] if line.split()]  # below the header
+    if done.returncode != 0 or not levels or not all(row[0].isdigit() and row[1].isdigit() for row in levels):
+        pytest.skip("this lscpu cannot list caches")
+    top = max(levels, key=lambda row: (int(row[0]), int(row[1])))
+    assert last_level_cache(torch.device("cpu")) == (int(top[1]), "sysfs")
 
 
 def _relu(tmp_path: Path, caches: str) -> subprocess.CompletedProcess[str]:

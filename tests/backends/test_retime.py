@@ -53,3 +53,25 @@ def test_a_transposed_operand_and_a_float64_leak_are_reproduced_many_fold(tmp_pa
     assert add_ms["strides"] > 2 * add_ms["plain"], add_ms
     assert gelu_ms["dtype"] > 2 * gelu_ms["plain"], gelu_ms
     assert "cannot be rebuilt" in results["opaque"]["error"]
+
+
+def test_competitors_switched_off_finish_their_work_before_the_next_timed_call():
+    """Each switch-off returns only once every competing process acknowledged it stopped: no computation of
+    theirs completes after it, so none runs into the next timed call."""
+    import time
+
+    from dlbench.backends.torch.retime import Competitors
+
+    pool = Competitors(1)
+    try:
+        for _ in range(5):
+            with pool.running(1):
+                started = pool.finished()
+                time.sleep(0.05)
+                assert pool.finished() > started, "the competitors compute while switched on"
+            stopped = pool.finished()
+            time.sleep(0.1)
+            assert pool.finished() == stopped, "a competitor's computation completed after it was switched off"
+    finally:
+        pool.close()
+    assert all(not p.is_alive() for p in pool.processes)

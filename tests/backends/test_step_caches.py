@@ -21,11 +21,24 @@ MIB = 1 << 20
 RELU_TENSORS = 2 * 8 * 16 * 32 * 32 * 4
 
 
-def _measure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, footprints: dict[int, int], llc: str):
-    """The embedded torch executable over three Relu rows (in this process, so the copies it builds are seen)."""
-    (tmp_path / "cache" / "index3").mkdir(parents=True)
-    (tmp_path / "cache" / "index3" / "size").write_text(llc)
-    monkeypatch.setattr(rotation, "CPU_CACHES", tmp_path / "cache")
+def fake_sysfs(root: Path, caches: dict[int, list[tuple[int, str, str]]]) -> Path:
+    """A /sys/devices/system/cpu of CPUs whose caches are (level, size, id), as Linux lays it out."""
+    for cpu, entries in caches.items():
+        (root / f"cpu{cpu}").mkdir(parents=True)
+        for index, (level, size, ident) in enumerate(entries):
+            folder = root / f"cpu{cpu}" / "cache" / f"index{index}"
+            folder.mkdir(parents=True)
+            for name, value in (("level", level), ("size", size), ("id", ident), ("type", "Unified")):
+                (folder / name).write_text(f"{value}\n")
+    return root
+
+
+def _measure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, footprints: dict[int, int], llc: str | None,
+             shape: tuple[int, ...] = (8, 16, 32, 32)):  # fmt: skip
+    """The embedded torch executable over three Relu rows (in this process, so the copies it builds are seen);
+    ``llc``: the last-level cache sysfs reports (None: no cache sizes at all)."""
+    caches = {0: [(1, "32K", "0"), (2, "512K", "0")] + ([(3, llc, "0")] if llc else [])} if llc else {0: []}
+    monkeypatch.setattr(rotation, "CPU_ROOT", fake_sysfs(tmp_path / "cpu", caches))
     for key, value in {"DLBENCH_MIN_REPS": "2", "DLBENCH_MAX_REPS": "4", "DLBENCH_MIN_TIME_S": "0",
                        "DLBENCH_WARMUP": "1", "DLBENCH_THREADS": "1", "DLBENCH_CACHES": "step"}.items():  # fmt: skip
         monkeypatch.setenv(key, value)
@@ -45,7 +58,7 @@ def _measure(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, footprints: dict[i
     original = run.time_repeated
     monkeypatch.setitem(kernels.KERNELS, "Relu", counting)
     monkeypatch.setattr(run, "time_repeated", timed)
-    path = write_input(tmp_path / "Relu.csv", [(i, [8, 16, 32, 32, 0]) for i in range(3)])
+    path = write_input(tmp_path / "Relu.csv", [(i, [*shape, 0]) for i in range(3)])
     operations = [Operation(i, "Relu", (), footprint_bytes=footprints.get(i)) for i in range(3)]
     write_footprints(footprints_path_for(path), operations)
     assert run.main(["Relu", str(path)]) == 0
@@ -89,3 +102,27 @@ def test_a_footprint_file_with_a_malformed_row_names_the_file_and_line(tmp_path:
     path.write_text("id,footprint_bytes\n0,12\n1,lots\n")
     with pytest.raises(ValueError, match=r"Relu_footprints.csv:3: expected id,footprint_bytes"):
         read_footprints(path)
+
+
+def test_the_rotation_file_says_where_the_cap_came_from_and_when_max_copies_cut_a_row(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from dlbench.operators.footprint_file import rotation_notes, with_rotation_columns
+
+    # a row of 2 x 64 bytes with a footprint of 64 MiB wants far more copies than MAX_COPIES
+    logged, _ = _measure(tmp_path / "a", monkeypatch, {1: 8 << 10, 2: 64 * MIB}, "32768K", shape=(1, 1, 1, 16))
+    assert (logged["cap_source"] == "sysfs").all()
+    assert logged.loc[2, "copies"] == rotation.MAX_COPIES and bool(logged.loc[2, "max_copies_applied"])
+    assert not logged.loc[[0, 1], "max_copies_applied"].astype(bool).any()
+    frame = with_rotation_columns(pd.DataFrame({"id": [0, 1, 2]}), [Operation(i, "Relu", ()) for i in range(3)],
+                                  tmp_path / "a", "Relu")  # fmt: skip
+    assert frame["rotation_max_copies_applied"].astype(bool).tolist() == [False, False, True]
+    (note,) = rotation_notes(frame)
+    assert f"1 operation(s) rotated over {rotation.MAX_COPIES} copies" in note
+    # no cache size in sysfs: the cap is the fallback's, and the run says so
+    fallback, _ = _measure(tmp_path / "b", monkeypatch, {1: 4 * MIB}, None)
+    assert (fallback["cap_source"] == "fallback").all()
+    assert (fallback["cap_bytes"] == 2 * rotation.FALLBACK_CACHE_BYTES).all()
+    frame = with_rotation_columns(pd.DataFrame({"id": [0, 1, 2]}), [Operation(i, "Relu", ()) for i in range(3)],
+                                  tmp_path / "b", "Relu")  # fmt: skip
+    assert any("could not be read" in n and "32 MiB" in n for n in rotation_notes(frame))

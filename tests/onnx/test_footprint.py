@@ -95,3 +95,71 @@ def test_the_forward_pass_of_a_served_model_sees_its_weights_one_forward_apart(t
     # both layers have one shape, so one operation: its footprint is the mean of the two nodes'
     both = (decided.events[("/0/Gemm", "forward")] + decided.events[("/2/Gemm", "forward")]) / 2
     assert first.nodes == ("/0/Gemm", "/2/Gemm") and math.isclose(decided.operations[first.id], both, abs_tol=1)
+
+
+def embedding_step(tmp_path: Path, tensor_dtypes: dict[str, str] | None = None):
+    """A tiny step that reads int64 indices: Embedding -> Flatten -> Linear, batch 3 of 5 tokens."""
+    import onnx
+
+    net = nn.Sequential(nn.Embedding(10, 4), nn.Flatten(), nn.Linear(5 * 4, 6))
+    tmp_path.mkdir(parents=True, exist_ok=True)
+    path = export(net, torch.randint(0, 10, (3, 5)), tmp_path / "embedding.onnx")
+    extraction = extract_operations(path, 3)
+    forward = deduplicate(extraction.operations())
+    facts = graph_facts(path, 3).with_inferred_outputs(extraction.nodes)
+    unfolding = unfold_operations(forward, load_unfold_table())
+    step = training_step(forward, unfolding, facts, load_table().training)
+    gather = next(n for n in onnx.load(str(path)).graph.node if n.op_type == "Gather")
+    _, decided = placed_step(step, unfolding, extraction.nodes, facts, tensor_dtypes=tensor_dtypes)
+    return decided, gather
+
+
+def test_int64_indices_are_sized_at_their_own_eight_bytes_not_the_floats_four(tmp_path: Path) -> None:
+    import numpy as np
+
+    decided, gather = embedding_step(tmp_path)
+    indices, embedded = gather.input[1], gather.output[0]
+    assert decided.tensor_bytes[indices] == 3 * 5 * np.dtype(np.int64).itemsize
+    table, activation, weight, bias, logits = 10 * 4, 3 * 5 * 4, 6 * 5 * 4, 6, 3 * 6
+    floats = table + activation + weight + bias + logits
+    gradients = logits + activation + weight + bias + table  # the indices have none
+    momentum = table + weight + bias  # SGD's state, assumed (no optimizer recorded)
+    assert decided.working_set_bytes == 8 * 3 * 5 + 4 * (floats + gradients + momentum)
+    assert decided.tensor_bytes[embedded] == 4 * activation
+
+
+def test_the_dtypes_a_step_ran_override_the_graphs_tensor_by_tensor(tmp_path: Path) -> None:
+    plain, gather = embedding_step(tmp_path / "plain")
+    embedded = gather.output[0]
+    ran, _ = embedding_step(tmp_path / "ran", tensor_dtypes={embedded: "bfloat16"})  # as autocast may run it
+    assert ran.tensor_bytes[embedded] == 3 * 5 * 4 * 2
+    # the activation and its gradient at two bytes an element instead of four
+    assert plain.working_set_bytes - ran.working_set_bytes == 2 * (3 * 5 * 4 * 2)
+
+
+@pytest.mark.parametrize(
+    ("optimizer", "options", "states"),
+    [("SGD", {"momentum": 0.0}, 0), ("SGD", {"momentum": 0.9}, 1), ("Adam", {"amsgrad": False}, 2),
+     ("Adam", {"amsgrad": True}, 3), ("RMSprop", {"momentum": 0.0, "centered": True}, 2)],
+)  # fmt: skip
+def test_the_optimizer_keeps_the_state_tensors_its_options_make(tmp_path: Path, optimizer, options, states) -> None:
+    # torch.optim: SGD keeps a momentum buffer only with momentum; Adam two moments, amsgrad a third;
+    # RMSprop its square average, a gradient average when centered, a momentum buffer with momentum
+    from dlbench.onnx.update import StepRun
+
+    batch, features, hidden, classes = 3, 12, 24, 5
+    mlp = nn.Sequential(nn.Linear(features, hidden), nn.ReLU(), nn.Linear(hidden, classes))
+    path = export(mlp, torch.randn(batch, features), tmp_path / "mlp.onnx")
+    extraction = extract_operations(path, batch)
+    forward = deduplicate(extraction.operations())
+    facts = graph_facts(path, batch).with_inferred_outputs(extraction.nodes)
+    unfolding = unfold_operations(forward, load_unfold_table())
+    shapes = [list(p.shape) for p in mlp.parameters()]
+    record = {"class": optimizer, "module": f"torch.optim.{optimizer.lower()}",
+              "groups": [{"options": {"lr": 0.1, **options}, "shapes": shapes}]}  # fmt: skip
+    step = training_step(forward, unfolding, facts, load_table().training, ran=StepRun(optimizers=(record,)))
+    _, decided = placed_step(step, unfolding, extraction.nodes, facts)
+    weights = features * hidden + hidden + hidden * classes + classes
+    activations = batch * features + 2 * batch * hidden + batch * classes
+    gradients = weights + 2 * batch * hidden + batch * classes
+    assert decided.working_set_bytes == 4 * (weights + activations + gradients + states * weights)

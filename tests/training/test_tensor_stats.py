@@ -47,7 +47,7 @@ def test_each_call_records_dtype_strides_and_value_fractions_of_its_inputs(tmp_p
     with TensorStats(tmp_path):
         step(model, x)
     machine, calls = read_stats(tmp_path)
-    assert machine["torch_threads"] == torch.get_num_threads() and machine["cores"] >= 1
+    assert machine["torch_threads"] == torch.get_num_threads() and machine["physical_cores"] >= 1
     by_name: dict[str, list] = {}
     for call in calls:
         by_name.setdefault(call["name"], []).extend(
@@ -121,3 +121,37 @@ def test_records_are_json_lines(tmp_path: Path):
     lines = (tmp_path / STATS_FILE).read_text().splitlines()
     assert all(json.loads(line) for line in lines)
     assert instrument.ENV_STATS == ENV_STATS
+
+
+def lscpu_cores_and_cpus() -> tuple[int, int]:
+    """Physical cores and logical CPUs among this process's CPUs, as util-linux's lscpu reads the topology."""
+    import os
+    import subprocess
+
+    allowed = os.sched_getaffinity(0)
+    lines = subprocess.run(["lscpu", "-p=CPU,CORE,SOCKET"], capture_output=True, text=True, check=True).stdout
+    rows = [line.split(",") for line in lines.splitlines() if line and not line.startswith("#")]
+    mine = [r for r in rows if int(r[0]) in allowed]
+    return len({(r[2], r[1]) for r in mine}), len(mine)
+
+
+@pytest.mark.skipif(__import__("shutil").which("lscpu") is None, reason="lscpu (util-linux) is not installed")
+def test_the_record_counts_physical_cores_and_logical_cpus_apart(tmp_path: Path):
+    with TensorStats(tmp_path):
+        torch.ones(3).add(torch.ones(3))
+    machine, _ = read_stats(tmp_path)
+    assert (machine["physical_cores"], machine["logical_cpus"]) == lscpu_cores_and_cpus()
+    assert "cores" not in machine, "a count of logical CPUs is not called cores"
+
+
+@pytest.mark.parametrize("flush", [True, False])
+def test_the_record_says_whether_the_step_flushed_subnormals(tmp_path: Path, flush: bool):
+    before = torch.set_flush_denormal(flush)  # False where the CPU cannot flush (then nothing to test)
+    if flush and not before:
+        pytest.skip("this CPU cannot flush subnormals")
+    try:
+        with TensorStats(tmp_path):
+            torch.ones(3).mul(torch.ones(3))
+    finally:
+        torch.set_flush_denormal(False)
+    assert read_stats(tmp_path)[0]["flush_denormal"] is flush

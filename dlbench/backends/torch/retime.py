@@ -5,7 +5,8 @@ interleaved in one process: ``python -m dlbench.backends.torch.retime SPEC.json 
 Each item of the spec names a call and the variants to time: ``plain``, ``subnormal`` (subnormal values injected
 at the recorded fraction), ``strides`` (the recorded strides), ``dtype`` (the recorded dtypes), ``nonfinite``
 (NaN at the recorded fraction), ``threads`` (the step's threads with as many busy processes beside it as the
-script's children kept cores busy) and ``recorded`` (every flagged property at once)."""
+script's children kept cores busy) and ``recorded`` (every flagged property at once). Every variant runs with
+the step's flushing of subnormals (``flush_denormal``), so subnormals the step flushed cost nothing here either."""
 
 from __future__ import annotations
 
@@ -24,34 +25,81 @@ MIN_ROUNDS = 3
 MAX_ROUNDS = 15
 
 
-def _compete(go: Any, stop: Any) -> None:
-    """One thread of compute (a small GEMM loop, as a busy worker's OpenMP thread runs) while ``go`` is set."""
+#: seconds a competing process may take to acknowledge a switch (it imports torch when it starts)
+HANDSHAKE_TIMEOUT_S = 120.0
+
+
+def _compete(go: Any, working: Any, idle: Any, stop: Any, finished: Any) -> None:
+    """One thread of compute (a small GEMM loop, as a busy worker's OpenMP thread runs) while ``go`` is set. It
+    acknowledges each switch: ``working`` once it computes, ``idle`` once its last computation has finished."""
     import torch
 
     torch.set_num_threads(1)
     a = torch.randn(256, 256)
+    idle.set()
     while not stop.is_set():
-        if go.wait(timeout=0.05):
+        if not go.wait(timeout=0.05):
+            continue
+        idle.clear()
+        working.set()
+        while go.is_set() and not stop.is_set():
             a = torch.tanh(a @ a)
+            with finished.get_lock():
+                finished.value += 1
+        working.clear()
+        idle.set()
 
 
 class Competitors:
     """Processes that compute beside a timed call when told to, as the script's busy child processes did beside
-    its step; started once (each imports torch), switched on and off per timed call."""
+    its step; started once (each imports torch), switched on and off per timed call. Each switch waits for every
+    process's acknowledgement: a call is timed once they compute, and the next call once their last GEMM ended
+    (without it, each would finish an in-flight GEMM into the next timed call)."""
 
     def __init__(self, count: int) -> None:
         context = multiprocessing.get_context("spawn")
         self.stop = context.Event()
         self.go = [context.Event() for _ in range(count)]
-        self.processes = [context.Process(target=_compete, args=(go, self.stop), daemon=True) for go in self.go]
+        self.working = [context.Event() for _ in range(count)]
+        self.idle = [context.Event() for _ in range(count)]
+        self._finished = context.Value("q", 0)
+        self.processes = [
+            context.Process(target=_compete, args=(*events, self.stop, self._finished), daemon=True)
+            for events in zip(self.go, self.working, self.idle, strict=True)
+        ]
         for process in self.processes:
             process.start()
 
+    def finished(self) -> int:
+        """How many computations the competitors have finished so far."""
+        return int(self._finished.value)
+
     def running(self, count: int) -> _Running:
-        return _Running(self.go[:count])
+        return _Running(self, count)
+
+    def switch_on(self, count: int) -> None:
+        """The first ``count`` competitors compute: returns once each has acknowledged it started."""
+        for go in self.go[:count]:
+            go.set()
+        self._await(self.working[:count], "start computing")
+
+    def switch_off(self, count: int) -> None:
+        """The first ``count`` competitors stop: returns once each has finished its last computation."""
+        for go in self.go[:count]:
+            go.clear()
+        self._await(self.idle[:count], "stop computing")
+
+    def _await(self, events: list[Any], what: str) -> None:
+        deadline = time.monotonic() + HANDSHAKE_TIMEOUT_S
+        for event, process in zip(events, self.processes, strict=False):
+            while not event.wait(timeout=0.5):
+                if not process.is_alive() or time.monotonic() > deadline:
+                    raise RuntimeError(f"a competing process did not {what} (exit code {process.exitcode})")
 
     def close(self) -> None:
         self.stop.set()
+        for go in self.go:
+            go.set()  # wakes a waiting process, which then sees stop
         for process in self.processes:
             process.join(timeout=10)
             if process.is_alive():
@@ -59,18 +107,16 @@ class Competitors:
 
 
 class _Running:
-    def __init__(self, go: list[Any]) -> None:
-        self.go = go
+    def __init__(self, pool: Competitors | None, count: int) -> None:
+        self.pool, self.count = pool, count
 
     def __enter__(self) -> None:
-        for event in self.go:
-            event.set()
-        if self.go:
-            time.sleep(0.02)  # the competitors are computing when the timed call starts
+        if self.pool is not None and self.count:
+            self.pool.switch_on(self.count)
 
     def __exit__(self, *exc: object) -> None:
-        for event in self.go:
-            event.clear()
+        if self.pool is not None and self.count:
+            self.pool.switch_off(self.count)
 
 
 def build_tensor(record: dict[str, Any], variant: set[str], plain_dtype: str) -> Any:
@@ -150,6 +196,22 @@ def time_item(item: dict[str, Any], plain_threads: int, plain_dtype: str, pool: 
     for name, variant in variants.items():
         inputs[name] = (decode(call["args"], variant, plain_dtype),
                         {k: decode(v, variant, plain_dtype) for k, v in call["kwargs"].items()})  # fmt: skip
+    # the step's flushing of subnormals, set once the inputs hold theirs (built under it, they would be zeros)
+    torch.set_flush_denormal(bool(item.get("flush_denormal", False)))
+    try:
+        samples = _time_variants(func, inputs, variants, item, plain_threads, pool)
+    finally:
+        torch.set_flush_denormal(False)
+    return {name: statistics.median(s) * 1e3 for name, s in samples.items()}
+
+
+def _time_variants(
+    func: Any, inputs: dict[str, Any], variants: dict[str, set[str]], item: dict[str, Any], plain_threads: int,
+    pool: Competitors | None,
+) -> dict[str, list[float]]:  # fmt: skip
+    """Each variant's call timed round by round in a shuffled order, until enough rounds and seconds."""
+    import torch
+
     samples: dict[str, list[float]] = {name: [] for name in variants}
     competitors = int(round(item.get("competitors", 0)))
     cuda = torch.cuda.is_available() and torch.cuda.is_initialized()
@@ -164,7 +226,7 @@ def time_item(item: dict[str, Any], plain_threads: int, plain_dtype: str, pool: 
             threaded = "threads" in variants[name]
             torch.set_num_threads(int(item.get("threads", plain_threads)) if threaded else plain_threads)
             args, kwargs = inputs[name]
-            with pool.running(competitors if threaded else 0) if pool is not None else _Running([]):
+            with _Running(pool, competitors if threaded else 0):
                 if threaded and competitors:
                     func(*args, **kwargs)  # untimed: the competitors have started computing
                 sync()
@@ -174,7 +236,7 @@ def time_item(item: dict[str, Any], plain_threads: int, plain_dtype: str, pool: 
                 samples[name].append(time.perf_counter() - start)
         if round_index + 1 >= MIN_ROUNDS and min(sum(s) for s in samples.values()) >= MIN_TIME_S:
             break
-    return {name: statistics.median(s) * 1e3 for name, s in samples.items()}
+    return samples
 
 
 def main(argv: list[str]) -> int:

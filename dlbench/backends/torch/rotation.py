@@ -22,10 +22,15 @@ MAX_COPIES = 256
 
 def copies_for(row_bytes: int, footprint_bytes: int) -> int:
     """How many copies of a row of ``row_bytes`` fill ``footprint_bytes`` (1: caches not cooled, or the row
-    alone already exceeds the footprint and streams through the caches on every call)."""
+    alone already exceeds the footprint and streams through the caches on every call), at most
+    :data:`MAX_COPIES`."""
+    return min(MAX_COPIES, _wanted_copies(row_bytes, footprint_bytes))
+
+
+def _wanted_copies(row_bytes: int, footprint_bytes: int) -> int:
     if footprint_bytes <= 0 or row_bytes <= 0 or row_bytes >= footprint_bytes:
         return 1  # (no tensors to speak of: the framework-overhead rows time the dispatch of empty calls)
-    return min(MAX_COPIES, math.ceil(footprint_bytes / row_bytes))
+    return math.ceil(footprint_bytes / row_bytes)
 
 
 def copies_for_reuse(row_bytes: int, reuse_bytes: int, cap_bytes: int) -> int:
@@ -34,9 +39,13 @@ def copies_for_reuse(row_bytes: int, reuse_bytes: int, cap_bytes: int) -> int:
     round again. Rounded to the nearest whole row, not up: rounding up overshot by up to a row (a 12.6 MB GELU
     backward at a 16.8 MB reuse distance rotated 37.7 MB through a 32 MiB L3 and ran at memory speed, 2.4x its
     time in the step). Never more than fill ``cap_bytes``; 1 without a reuse distance (timed hot)."""
+    return min(MAX_COPIES, _wanted_for_reuse(row_bytes, reuse_bytes, cap_bytes))
+
+
+def _wanted_for_reuse(row_bytes: int, reuse_bytes: int, cap_bytes: int) -> int:
     if reuse_bytes <= 0 or row_bytes <= 0:
         return 1
-    return min(1 + round(reuse_bytes / row_bytes), copies_for(row_bytes, cap_bytes))
+    return min(1 + round(reuse_bytes / row_bytes), _wanted_copies(row_bytes, cap_bytes))
 
 
 def rotated(build: Callable[[], Callable[[], object]], copies: int) -> Callable[[], object]:
@@ -100,27 +109,60 @@ def _allocated(device: torch.device) -> Callable[[], int]:
     return allocated_bytes
 
 
-#: when the last-level cache's size cannot be read
+#: when the last-level cache's size cannot be read (the rotation files say ``cap_source=fallback``)
 FALLBACK_CACHE_BYTES = 32 << 20
+#: where Linux lists each CPU's caches (``cpu<N>/cache/index<K>/{level,size,id,type}``)
+CPU_ROOT = Path("/sys/devices/system/cpu")
+
+
+def last_level_cache(device: torch.device) -> tuple[int, str]:
+    """The last-level cache's bytes and where they came from: ``sysfs`` (the largest cache of the highest
+    level any CPU reports: two core complexes' L3s are two caches, a process reads one), ``gpu`` (its L2), or
+    ``fallback`` (:data:`FALLBACK_CACHE_BYTES`, assumed where neither says)."""
+    if device.type == "cuda":
+        l2 = int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0))
+        return (l2, "gpu") if l2 else (FALLBACK_CACHE_BYTES, "fallback")
+    caches = cpu_caches()
+    if not caches:
+        return FALLBACK_CACHE_BYTES, "fallback"
+    top = max(level for level, _ in caches)
+    return max(size for (level, _), size in caches.items() if level == top), "sysfs"
 
 
 def last_level_cache_bytes(device: torch.device) -> int:
-    """The largest cache of the first CPU (sysfs) or the GPU's L2; a fallback of 32 MiB when unknown."""
-    if device.type == "cuda":
-        return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0)) or FALLBACK_CACHE_BYTES
-    sizes = [_sysfs_bytes(path) for path in CPU_CACHES.glob("index*/size")]
-    return max(sizes, default=0) or FALLBACK_CACHE_BYTES
+    """The last-level cache's bytes (:func:`last_level_cache`)."""
+    return last_level_cache(device)[0]
 
 
-CPU_CACHES = Path("/sys/devices/system/cpu/cpu0/cache")
+def cpu_caches(root: Path | None = None) -> dict[tuple[int, str], int]:
+    """Every data or unified cache any CPU reports, once per cache: ``(level, id) -> bytes`` (the id, else
+    the CPUs sharing it, tells two caches of one level apart; a cache shared by several CPUs is listed under
+    each)."""
+    out: dict[tuple[int, str], int] = {}
+    for index in sorted((root or CPU_ROOT).glob("cpu[0-9]*/cache/index[0-9]*")):
+        if _sysfs_text(index / "type") == "Instruction":
+            continue
+        level, size = _sysfs_text(index / "level"), _sysfs_bytes(index / "size")
+        if not level.isdigit() or size <= 0:
+            continue
+        ident = _sysfs_text(index / "id") or _sysfs_text(index / "shared_cpu_list") or str(index)
+        key = (int(level), ident)
+        out[key] = max(out.get(key, 0), size)
+    return out
+
+
+def _sysfs_text(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return ""
+
+
 _UNITS = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
 def _sysfs_bytes(path: Path) -> int:
-    try:
-        text = path.read_text().strip()
-    except OSError:
-        return 0
+    text = _sysfs_text(path)
     scale = _UNITS.get(text[-1:].upper(), 1)
     digits = text[:-1] if scale > 1 else text
     return int(digits) * scale if digits.isdigit() else 0
@@ -129,13 +171,24 @@ def _sysfs_bytes(path: Path) -> int:
 def cold_footprint(caches: str, device: torch.device) -> int:
     """Bytes the copies of a row should fill: twice the last-level cache for ``cold`` (beyond it every read
     comes from memory), and the cap of ``step``; 0 for ``hot``."""
-    return 2 * last_level_cache_bytes(device) if caches in ("cold", "step") else 0
+    return cache_cap(caches, device)[0]
 
 
-def row_copies(caches: str, cap_bytes: int, row_bytes: int, step_bytes: int | None) -> int:
-    """How many copies a row rotates over. ``step``: its operation's reuse distance in its step
-    (``step_bytes``, :func:`copies_for_reuse`); a row without one is timed hot. ``cold``: copies filling
-    ``cap_bytes``; ``hot``: 1."""
+def cache_cap(caches: str, device: torch.device) -> tuple[int, str]:
+    """:func:`cold_footprint` and where the cache's size came from (:func:`last_level_cache`; ``hot``: none)."""
+    if caches not in ("cold", "step"):
+        return 0, "none"
+    size, source = last_level_cache(device)
+    return 2 * size, source
+
+
+def row_copies(caches: str, cap_bytes: int, row_bytes: int, step_bytes: int | None) -> tuple[int, bool]:
+    """How many copies a row rotates over, and whether :data:`MAX_COPIES` cut them (a tiny row then rotates
+    over fewer bytes than asked: its caches are warmer than the rule says). ``step``: its operation's reuse
+    distance in its step (``step_bytes``, :func:`copies_for_reuse`); a row without one is timed hot.
+    ``cold``: copies filling ``cap_bytes``; ``hot``: 1."""
     if caches == "step":
-        return copies_for_reuse(row_bytes, step_bytes or 0, cap_bytes)
-    return copies_for(row_bytes, cap_bytes) if caches == "cold" else 1
+        wanted = _wanted_for_reuse(row_bytes, step_bytes or 0, cap_bytes)
+    else:
+        wanted = _wanted_copies(row_bytes, cap_bytes) if caches == "cold" else 1
+    return min(MAX_COPIES, wanted), wanted > MAX_COPIES

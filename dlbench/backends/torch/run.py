@@ -17,7 +17,7 @@ from dlbench.backends.torch.fp32_math import apply_fp32_math
 from dlbench.backends.torch.kernels import DTYPES, KERNELS
 from dlbench.backends.torch.memory import free_memory, memory_problem, tensor_bytes
 from dlbench.backends.torch.params import UnsupportedRow
-from dlbench.backends.torch.rotation import cold_footprint, fault_in, rotated, row_copies, touched_bytes
+from dlbench.backends.torch.rotation import cache_cap, fault_in, rotated, row_copies, touched_bytes
 from dlbench.core.allocator import release_free_heap
 from dlbench.core.cores import resolve_threads
 from dlbench.core.descriptors import DESCRIPTORS
@@ -88,8 +88,9 @@ def _rotation(
     dtype: torch.dtype,
     cache_state: tuple[str, int, int | None],
     memory_fraction: float,
-) -> tuple[Callable[[], object], int, int] | str:
-    """A row's timed callable, rotating over its copies, with the bytes one copy holds and the copies; or why
+) -> tuple[Callable[[], object], int, int, bool] | str:
+    """A row's timed callable, rotating over its copies, with the bytes one copy holds, the copies and whether
+    the most copies a row may have cut them; or why
     the memory free cannot hold them. ``cache_state``: the run's caches, their cap and the operation's reuse
     distance in its step. A rotated row is sized by what one copy holds (:func:`touched_bytes`; the kernel's
     upper estimate where the allocator cannot tell), a hot one by the estimate."""
@@ -101,9 +102,9 @@ def _rotation(
         if skip:
             return skip
         row_bytes = touched_bytes(build, device) or row_bytes
-    copies = row_copies(caches, cap, row_bytes, step_bytes)
+    copies, capped = row_copies(caches, cap, row_bytes, step_bytes)
     skip = memory_problem(row_bytes * copies, free_memory(device), memory_fraction)
-    return skip or (rotated(build, copies), row_bytes, copies)
+    return skip or (rotated(build, copies), row_bytes, copies, capped)
 
 
 def _after_fault_in(fn, copies: int, settings: TimingSettings, device: torch.device) -> TimingSettings:
@@ -129,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     device = _device_from_env()
     settings = TimingSettings.from_env()
     memory_fraction = _memory_fraction_from_env()
-    cap = cold_footprint(caches, device)
+    cap, cap_source = cache_cap(caches, device)
     clock = clock_for(device.type)  # CUDA events on a GPU: device time, no synchronize per call
     try:
         rows = read_input(input_path)
@@ -165,8 +166,8 @@ def main(argv: list[str] | None = None) -> int:
                     failed += 1
                     print(f"id {op_id}: {row}", file=sys.stderr, flush=True)
                     continue
-                fn, row_bytes, copies = row
-                rotation_out.write(rotation_line(op_id, row_bytes, copies, cap))
+                fn, row_bytes, copies, capped = row
+                rotation_out.write(rotation_line(op_id, row_bytes, copies, cap, cap_source, capped))
                 rotation_out.flush()
                 timing = time_repeated(fn, _after_fault_in(fn, copies, settings, device), clock=clock)
                 del fn  # free this row's tensors before the next row is sized
