@@ -1,7 +1,7 @@
 """The two sides of a comparison (``compare.baseline`` A, ``compare.candidate`` B: a run id, a system, or
 ``key=value``), the pairs of configurations to compare (repeated runs of one configuration pooled, each of
 their rounds a block), and the samples each side recorded (``protocol/*_samples.csv``, split into rounds by
-``*_rounds.csv``), ready for :func:`dlbench.analysis.change.compare_samples`."""
+``*_rounds.csv``), ready for :func:`dlbench.analysis.comparison.change.compare_samples`."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from dlbench.analysis.change import CHANGE_COLUMNS, TOTAL, ChangeSettings, compare_samples
-from dlbench.analysis.compare import CONFIGURATION
+from dlbench.analysis.comparison.change import CHANGE_COLUMNS, TOTAL, ChangeSettings, compare_samples
+from dlbench.analysis.comparison.runs import CONFIGURATION
 from dlbench.analysis.marks import is_true
 from dlbench.core.errors import ConfigurationError
 

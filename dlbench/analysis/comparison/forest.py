@@ -10,7 +10,7 @@ import math
 
 import pandas as pd
 
-from dlbench.analysis.change import TOTAL, is_total
+from dlbench.analysis.comparison.change import TOTAL, is_total
 
 COLOURS = {"slower": "#c0392b", "faster": "#1e8449", "same": "#7f8c8d", "unsure": "#d68910"}
 #: beyond this many operations the plot shows the most changed ones (the table keeps all)
