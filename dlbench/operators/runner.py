@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import math
-import random
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -23,12 +22,12 @@ from dlbench.operators.protocol import ids_written, output_path_for, samples_pat
 from dlbench.operators.reference import probe_settings
 from dlbench.operators.registry import OperatorBenchmark
 from dlbench.operators.rounds import (
+    AroundRound,
+    RoundLoop,
     RoundResult,
     combine_rounds,
     measured_again,
     probe_report,
-    round_orders,
-    round_share,
     write_combined,
 )
 
@@ -128,7 +127,7 @@ def measure_operations(
     stem: str | None = None,
     on_poll: Callable[[], None] | None = None,
     probe: Sequence[tuple[OperatorBenchmark, Operation]] = (),
-    around_round: Callable[[int, str], None] | None = None,
+    around_round: AroundRound | None = None,
 ) -> tuple[SweepResult, SweepFiles]:
     """Measure every operation with ``benchmark`` in ``settings.rounds`` interleaved rounds
     (:mod:`dlbench.operators.rounds`); every operation gets a measurement or an error.
@@ -154,10 +153,10 @@ def measure_operations(
     files.output_csv.unlink(missing_ok=True)
     if rounds_for(settings, len(rows)) > 1:
         files = replace(files, rounds_csv=workdir / f"{base}_rounds.csv")
-    sweep = _Sweep(benchmark, operations, rows, settings, files, on_poll, probe, around_round)
+    sweep = _Sweep(benchmark, operations, rows, settings, files, on_poll, probe)
     with sweep.watch:
         try:
-            sweep.measure_rounds()
+            sweep.loop.run(around_round)
             sweep.measure_contended_again()
         except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see core.interrupts
             if not sweep.stopped:
@@ -177,7 +176,6 @@ class _Sweep:
         files: SweepFiles,
         on_poll: Callable[[], None] | None,
         probe: Sequence[tuple[OperatorBenchmark, Operation]],
-        around_round: Callable[[int, str], None] | None,
     ) -> None:
         self.benchmark, self.operations, self.rows, self.settings, self.files = (
             benchmark,
@@ -186,22 +184,20 @@ class _Sweep:
             settings,
             files,
         )
-        self.on_poll, self.probe, self.around_round = on_poll, probe, around_round
+        self.on_poll, self.probe = on_poll, probe
         self.workdir, self.base = files.input_csv.parent, files.input_csv.stem
         self.rounds = rounds_for(settings, len(rows))
         self.limit = contention_limit(settings.device, settings.contended_below)
-        self.seed = random.SystemRandom().randrange(2**32)
-        self.orders = round_orders(rows, self.rounds, random.Random(self.seed))
-        self.deadline = (
-            math.inf
-        )  # set as the first invocation starts: the interference probe's time is not the program's
+        # set as the first invocation starts: the interference probe's time is not the program's
+        self.deadline = math.inf
         self.current = files.output_csv
         self.watch = InterferenceWatch(
             settings.threads, settings.device, lambda: ids_written(self.current), benchmark.name
         )
-        self.results: dict[int, list[RoundResult]] = {}
+        self.loop = RoundLoop(rows, self.rounds, settings, self.measure_round, self.probe_now if probe else None,
+                              lambda: time.perf_counter() >= self.deadline)  # fmt: skip
+        self.seed, self.results, self.failures = self.loop.seed, self.loop.results, self.loop.failures
         self.again: dict[int, RoundResult] = {}
-        self.failures: dict[int, str] = {}
         self.run_errors: list[str] = []
         self.probe_ms: dict[str, list[float]] = {}
         self.stderr_parts: list[str] = []
@@ -240,42 +236,18 @@ class _Sweep:
             if inv.interrupted:
                 raise KeyboardInterrupt
 
+    def measure_round(self, index: int, order: list, share: RunSettings) -> Invocation:
+        """One round's invocation of the benchmark over ``order`` (the loop: :class:`RoundLoop`)."""
+        this_round = self.files if self.rounds == 1 else round_files(self.workdir, self.base, index, self.rounds)
+        self.current = this_round.output_csv
+        return self.invoke(self.benchmark, self.operations, order, share, this_round)
+
     def combined(self) -> dict[int, Measurement]:
         s = self.settings
         return {
             op_id: combine_rounds(op_id, found, self.rounds, s.target_rel_ci, s.min_reps, self.limit)
             for op_id, found in self.results.items()
         }
-
-    def measure_rounds(self) -> None:
-        """Every round in turn, each operation in its shuffled place; then the probe's last reading."""
-        for index in range(self.rounds):
-            # an operation that failed is not tried again, unless it was measured in an earlier round
-            todo = [row for row in self.rows if row[0] not in self.failures or row[0] in self.results]
-            if not todo or time.perf_counter() >= self.deadline:
-                break
-            share = replace(self.settings, **round_share(self.settings, self.rounds, index))
-            self.probe_now(share, f"round{index + 1}")
-            this_round = self.files if self.rounds == 1 else round_files(self.workdir, self.base, index, self.rounds)
-            self.current = this_round.output_csv
-            left = {row[0] for row in todo}  # without the operations that failed since
-            order = [row for row in self.orders[index] if row[0] in left]
-            if self.around_round is not None:
-                self.around_round(index, "before")
-            inv = self.invoke(self.benchmark, self.operations, order, share, this_round)
-            if self.around_round is not None:
-                self.around_round(index, "after")
-            self.failures.update(inv.failures)
-            for position, (op_id, _) in enumerate(order):
-                if op_id in inv.stats:
-                    self.results.setdefault(op_id, []).append(RoundResult(
-                        index, position, inv.stats[op_id], tuple(inv.samples.get(op_id, ())), inv.efficiency.get(op_id),
-                        inv.launch.get(op_id),
-                    ))  # fmt: skip
-            if inv.interrupted:  # after keeping what the round measured
-                raise KeyboardInterrupt
-        if self.results:
-            self.probe_now(replace(self.settings, **round_share(self.settings, self.rounds, self.rounds - 1)), "end")
 
     def measure_contended_again(self) -> None:
         """Once, with the whole share, at the sweep's end: the operations whose threads waited in every round."""
