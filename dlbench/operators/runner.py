@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import random
 import re
 import time
 from collections.abc import Callable, Sequence
@@ -13,13 +14,14 @@ from dlbench.config import DlbenchConfig
 from dlbench.core.allocator import allocator_environment
 from dlbench.core.contention import contention_limit
 from dlbench.core.cores import resolve_threads, thread_environment
+from dlbench.core.errors import ConfigurationError
 from dlbench.core.interference import InterferenceWatch
 from dlbench.core.process import STDERR_KEEP_BYTES
 from dlbench.core.settings import EXECUTABLE_SETTINGS, default, to_environment
 from dlbench.core.values import Measurement, Operation, SweepResult
 from dlbench.operators.invocation import Invocation, align_rows, invoke_once
 from dlbench.operators.protocol import ids_written, output_path_for, samples_path_for
-from dlbench.operators.reference import probe_settings
+from dlbench.operators.reference import TRIAD_NAME, machine_triad_elements, probe_settings, release_triad, triad_ms
 from dlbench.operators.registry import OperatorBenchmark
 from dlbench.operators.rounds import (
     AroundRound,
@@ -56,13 +58,17 @@ class RunSettings:
     rounds: int = int(default("rounds"))
     #: cpu efficiency below which an operation is contended (:mod:`dlbench.core.contention`); 0: never
     contended_below: float = float(default("contended_below"))
+    #: more environment variables for the executable (a comparison's side: ``compare.b.env``), set last
+    extra_env: tuple[tuple[str, str], ...] = ()
 
     def environment(self) -> dict[str, str]:
-        """The ``DLBENCH_*`` variables of :mod:`dlbench.core.settings` (and OpenMP's thread count)."""
+        """The ``DLBENCH_*`` variables of :mod:`dlbench.core.settings` (and OpenMP's thread count), then
+        ``extra_env``."""
         keys = [s.key for s in EXECUTABLE_SETTINGS if s.key != "verify"]  # not rounds: the runner's own
         env = to_environment({key: getattr(self, key) for key in keys})
         env.update(thread_environment(self.threads))
         env.update(allocator_environment(self.keep_heap))
+        env.update(dict(self.extra_env))
         return env
 
 
@@ -142,18 +148,9 @@ def measure_operations(
     Ctrl-C or SIGTERM the executable's process group is stopped and what was measured so far is returned
     with ``interrupted=True``; the caller logs it and re-raises.
     """
-    files = sweep_files(workdir, stem or benchmark.name)
-    workdir.mkdir(parents=True, exist_ok=True)
-    rows, measurements = align_rows(benchmark, operations)
-    if not rows:
+    sweep, measurements, files = _prepared(benchmark, operations, settings, workdir, stem, on_poll, probe)
+    if sweep is None:
         return SweepResult(measurements, run_error="no operation could be aligned to param_descr"), files
-    base = files.input_csv.stem
-    for old in [*workdir.glob(f"{base}_round*"), *workdir.glob(f"{base}_again*"), *workdir.glob(f"{base}_probe*")]:
-        old.unlink(missing_ok=True)
-    files.output_csv.unlink(missing_ok=True)
-    if rounds_for(settings, len(rows)) > 1:
-        files = replace(files, rounds_csv=workdir / f"{base}_rounds.csv")
-    sweep = _Sweep(benchmark, operations, rows, settings, files, on_poll, probe)
     with sweep.watch:
         try:
             sweep.loop.run(around_round)
@@ -162,6 +159,82 @@ def measure_operations(
             if not sweep.stopped:
                 sweep.stopped.append(type(err).__name__)
     return sweep.result(measurements), files
+
+
+def _prepared(
+    benchmark: OperatorBenchmark,
+    operations: Sequence[Operation],
+    settings: RunSettings,
+    workdir: Path,
+    stem: str | None,
+    on_poll: Callable[[], None] | None,
+    probe: Sequence[tuple[OperatorBenchmark, Operation]],
+) -> tuple[_Sweep | None, dict[int, Measurement], SweepFiles]:
+    """A sweep ready to run (None when no operation fits the benchmark), the misfits, its files; the files of
+    an earlier sweep of the same name removed."""
+    files = sweep_files(workdir, stem or benchmark.name)
+    workdir.mkdir(parents=True, exist_ok=True)
+    rows, measurements = align_rows(benchmark, operations)
+    if not rows:
+        return None, measurements, files
+    base = files.input_csv.stem
+    for old in [*workdir.glob(f"{base}_round*"), *workdir.glob(f"{base}_again*"), *workdir.glob(f"{base}_probe*")]:
+        old.unlink(missing_ok=True)
+    files.output_csv.unlink(missing_ok=True)
+    if rounds_for(settings, len(rows)) > 1:
+        files = replace(files, rounds_csv=workdir / f"{base}_rounds.csv")
+    return _Sweep(benchmark, operations, rows, settings, files, on_poll, probe), measurements, files
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison measured in the same rounds as the other: its benchmark, operations, settings
+    and the stem of its protocol files."""
+
+    benchmark: OperatorBenchmark
+    operations: Sequence[Operation]
+    settings: RunSettings
+    stem: str
+
+
+def measure_interleaved(
+    a: Side,
+    b: Side,
+    workdir: Path,
+    probe: Sequence[tuple[OperatorBenchmark, Operation]] = (),
+    seed: int | None = None,
+) -> tuple[tuple[SweepResult, SweepFiles], tuple[SweepResult, SweepFiles], tuple[str, ...]]:
+    """A and B in one run: each of A's rounds (:class:`RoundLoop`) runs B's round of the same index right
+    before or right after it (through A's ``around_round`` hook, in a random order per round), so the two
+    sides of a round see the same machine. Each side is then finished as :func:`measure_operations` finishes a
+    sweep. ``probe``: read at each round's start (A's loop). The results and files of A and B, and per round
+    which side ran first (``"AB"`` or ``"BA"``)."""
+    rng = random.Random(seed if seed is not None else random.SystemRandom().randrange(2**32))
+    prepared = [_prepared(s.benchmark, s.operations, s.settings, workdir, s.stem, None, p)
+                for s, p in ((a, probe), (b, ()))]  # fmt: skip
+    (sweep_a, found_a, files_a), (sweep_b, found_b, files_b) = prepared
+    if sweep_a is None or sweep_b is None:
+        raise ConfigurationError(
+            f"{(a if sweep_a is None else b).benchmark.name}: no operation could be aligned to its param_descr"
+        )
+    if sweep_a.rounds != sweep_b.rounds:
+        raise ConfigurationError(f"A and B must run as many rounds, got {sweep_a.rounds} and {sweep_b.rounds}")
+    orders = tuple(rng.choice(("AB", "BA")) for _ in range(sweep_a.rounds))
+
+    def around(index: int, stage: str) -> None:
+        if stage == ("before" if orders[index] == "BA" else "after"):
+            sweep_b.loop.round(index)
+
+    with sweep_a.watch, sweep_b.watch:
+        try:
+            sweep_a.loop.run(around)
+            sweep_a.measure_contended_again()
+            sweep_b.measure_contended_again()
+        except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see core.interrupts
+            for sweep in (sweep_a, sweep_b):
+                if not sweep.stopped:
+                    sweep.stopped.append(type(err).__name__)
+    return (sweep_a.result(found_a), files_a), (sweep_b.result(found_b), files_b), orders
 
 
 class _Sweep:
@@ -235,6 +308,8 @@ class _Sweep:
                 self.probe_ms.setdefault(op.label, []).append(inv.stats[op.id].median_ms)
             if inv.interrupted:
                 raise KeyboardInterrupt
+        if self.settings.device == "cpu":  # the memory probe beside the compute probe (operators/reference.py)
+            self.probe_ms.setdefault(TRIAD_NAME, []).append(triad_ms(machine_triad_elements()))
 
     def measure_round(self, index: int, order: list, share: RunSettings) -> Invocation:
         """One round's invocation of the benchmark over ``order`` (the loop: :class:`RoundLoop`)."""
@@ -284,6 +359,7 @@ class _Sweep:
         if len(stderr) > STDERR_KEEP_BYTES:  # each round's tail is bounded; so is their sum
             dropped = len(stderr) - STDERR_KEEP_BYTES
             stderr = f"[... {dropped} earlier characters dropped ...]\n{stderr[-STDERR_KEEP_BYTES:]}"
+        release_triad()
         if self.rounds > 1:
             write_combined(self.files, self.rows, self.results, self.again, measurements, self.limit, stderr, self.seed)
         ordered = {op.id: measurements[op.id] for op in self.operations}
