@@ -31,8 +31,8 @@ from pathlib import Path
 import pandas as pd
 from _common import ROOT, STORE_HELP, load_average, store_uri
 
-from dlbench.analysis.change import ChangeSettings, is_total, verdict_counts
-from dlbench.analysis.sides import Pair, Recorded, changes_of_pairs, probe_ratio, protocol_reader
+from dlbench.analysis.comparison.change import ChangeSettings, is_total, verdict_counts
+from dlbench.analysis.comparison.sides import Pair, Recorded, changes_of_pairs, probe_ratio, protocol_reader
 from dlbench.tracking.store import download_artifact, resolve_tracking, search_runs
 
 EXPERIMENT = "compare-power"
@@ -67,7 +67,7 @@ def judged(a: str, b: str, uri: str, unmarked: bool) -> pd.DataFrame:
 
 
 def report(title: str, a: str, b: str, uri: str) -> dict[str, pd.DataFrame]:
-    from dlbench.analysis.compare import run_table
+    from dlbench.analysis.comparison.runs import run_table
 
     runs = run_table(search_runs(resolve_tracking(uri, EXPERIMENT), "", [EXPERIMENT]))
     print(f"{title}: reference probe B / A {probe_ratio(runs, [a], [b]):.3f} (the machine's speed between the sweeps)")

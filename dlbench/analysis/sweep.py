@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 
 import pandas as pd
 
-from dlbench.analysis.compare import operation_table, run_table
+from dlbench.analysis.comparison.runs import operation_table, run_table
 from dlbench.analysis.marks import marked_values, run_marks
 
 SUMMED_KINDS = ("operator_sweep", "training", "evaluation", "model_benchmark")

@@ -27,7 +27,7 @@ def finish_sweep_run(sweep, swept: Sequence[str], completed: bool) -> str:
 
     import matplotlib.pyplot as plt
 
-    from dlbench.analysis.compare import artifact_reader
+    from dlbench.analysis.comparison.runs import artifact_reader
     from dlbench.analysis.report import NOTE_TAG
     from dlbench.analysis.sweep import summarize_sweep, sweep_figures, sweep_note
     from dlbench.tracking.sweep import attach_sweep_run, child_runs

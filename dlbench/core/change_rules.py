@@ -1,5 +1,5 @@
 """What a comparison's verdicts mean and the defaults they are judged by (one owner: the config checks
-``compare.*`` against these, :mod:`dlbench.analysis.change` judges with them)."""
+``compare.*`` against these, :mod:`dlbench.analysis.comparison.change` judges with them)."""
 
 from __future__ import annotations
 

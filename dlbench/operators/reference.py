@@ -5,13 +5,22 @@ shared or virtual machine the same kernel can run 2x slower ten minutes later, a
 prediction error whatever the method. The reference operations (a compute-bound GEMM and a ResNet-style
 convolution, timed with the benchmarks' settings but hot caches, after an untimed round) say how far the
 machine moved between the two ends, as far as both agree; the evaluation reports it beside the error. It is
-a diagnosis, never a correction: nothing is rescaled."""
+a diagnosis, never a correction: nothing is rescaled.
+
+Beside them, a memory probe: STREAM's triad (``a = b + s * c``) over arrays twice the machine's
+last-level caches (read from sysfs over every CPU), timed in this process with numpy. A neighbour that takes
+memory bandwidth slows it where the compute-bound references barely move, and a change of library (the torch
+build B runs) does not move it at all."""
 
 from __future__ import annotations
 
+import functools
 import math
+import statistics
+import time
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import Any
 
 from dlbench.core.values import Measurement, Operation
@@ -174,3 +183,94 @@ class Drift:
             f"and after the benchmarks differ by {changes} (limit {limit_pct:g}%); the prediction error includes "
             "that drift - rerun on a quieter machine"
         )
+
+
+#: the memory probe's name among the reference probe's readings (``drift/stream_triad/before_ms``)
+TRIAD_NAME = "stream_triad"
+#: each array twice the caches' total, so no pass finds its data in a cache (STREAM asks four times, for a
+#: bandwidth figure to publish; a movement between readings needs only that the data come from memory, and
+#: three arrays of twice a 32 MiB L3 already take seconds to fault in on a busy VM)
+TRIAD_CACHE_MULTIPLE = 2
+#: the last-level cache assumed where sysfs lists none (a container without /sys/devices/system/cpu), said so
+FALLBACK_CACHE_BYTES = 32 * 2**20
+#: elements per chunk of the triad: ``scalar * c`` of a chunk stays in a core's L2, so a pass reads b and c and
+#: writes a once, as STREAM's fused loop does
+TRIAD_CHUNK = 32768
+CPU_ROOT = Path("/sys/devices/system/cpu")
+
+
+def _size_bytes(text: str) -> int:
+    text = text.strip().upper()
+    units = {"K": 2**10, "M": 2**20, "G": 2**30}
+    return int(float(text[:-1]) * units[text[-1]]) if text and text[-1] in units else int(text or 0)
+
+
+def last_level_caches(root: Path = CPU_ROOT) -> tuple[int, str]:
+    """The bytes of every last-level cache of the machine, each counted once (caches are listed per CPU and
+    shared by the CPUs of ``shared_cpu_list``: a socket's L3 appears once per core), summed over every CPU's
+    caches in sysfs; and where the figure came from. Falls back to :data:`FALLBACK_CACHE_BYTES`, saying so."""
+    caches: dict[tuple[int, str], int] = {}
+    for index in root.glob("cpu[0-9]*/cache/index[0-9]*"):
+        try:
+            if (index / "type").read_text().strip() == "Instruction":
+                continue
+            level = int((index / "level").read_text())
+            shared = (index / "shared_cpu_list").read_text().strip()
+            caches[(level, shared)] = _size_bytes((index / "size").read_text())
+        except (OSError, ValueError):
+            continue
+    if not caches:
+        return FALLBACK_CACHE_BYTES, f"{root} lists no caches: {FALLBACK_CACHE_BYTES >> 20} MiB assumed"
+    top = max(level for level, _ in caches)
+    found = [size for (level, _), size in caches.items() if level == top]
+    return sum(found), f"{len(found)} L{top} cache(s) in {root}, {sum(found) >> 20} MiB in all"
+
+
+def triad_elements(cache_bytes: int) -> int:
+    """Elements (float64) of each of the triad's three arrays: :data:`TRIAD_CACHE_MULTIPLE` times the caches."""
+    return max(TRIAD_CACHE_MULTIPLE * cache_bytes // 8, TRIAD_CHUNK)
+
+
+def triad(a: Any, b: Any, c: Any, scalar: float) -> None:
+    """STREAM's triad, ``a = b + scalar * c``, chunk by chunk (the product of a chunk stays in cache)."""
+    import numpy as np
+
+    scratch = np.empty(TRIAD_CHUNK)
+    for start in range(0, len(a), TRIAD_CHUNK):
+        end = min(start + TRIAD_CHUNK, len(a))
+        part = scratch[: end - start]
+        np.multiply(c[start:end], scalar, out=part)
+        np.add(b[start:end], part, out=a[start:end])
+
+
+#: the triad's arrays, kept between readings (faulting 3 x 64 MiB in takes seconds on a busy VM)
+_BUFFERS: dict[int, tuple[Any, Any, Any]] = {}
+
+
+def triad_ms(elements: int, passes: int = 3) -> float:
+    """The median ms of ``passes`` triads over arrays of ``elements``: the machine's memory bandwidth as one time,
+    24 bytes per element moved (``24 * elements / ms / 1e6`` GB/s, STREAM's count). The arrays are made (and
+    their pages faulted in) at the first reading and kept until :func:`release_triad`."""
+    import numpy as np
+
+    if elements not in _BUFFERS:
+        release_triad()
+        _BUFFERS[elements] = (np.zeros(elements), np.full(elements, 1.0), np.full(elements, 2.0))
+    a, b, c = _BUFFERS[elements]
+    times = []
+    for _ in range(passes):
+        start = time.perf_counter()
+        triad(a, b, c, 3.0)
+        times.append((time.perf_counter() - start) * 1e3)
+    return float(statistics.median(times))
+
+
+def release_triad() -> None:
+    """Give the triad's arrays back (at a sweep's end)."""
+    _BUFFERS.clear()
+
+
+@functools.cache
+def machine_triad_elements() -> int:
+    """The triad's array size on this machine (:func:`last_level_caches`, :func:`triad_elements`)."""
+    return triad_elements(last_level_caches()[0])

@@ -35,8 +35,8 @@ from __future__ import annotations
 import math
 import random
 import statistics
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from dlbench.core.contention import contended
@@ -85,6 +85,76 @@ class RoundResult:
     cpu_efficiency: float | None = None
     #: the median host ms of issuing one call, where the program wrote the protocol's launch column
     launch_ms: float | None = None
+
+
+#: ``around_round(index, "before" | "after")``: called right before and after each round's invocation
+AroundRound = Callable[[int, str], None]
+
+
+@dataclass
+class RoundLoop:
+    """The rounds loop, its one owner: which rounds run, each one's share of the settings and shuffled order,
+    the reference probe at each round's start and after the last, the hook around each round's invocation
+    (a second side timed in the same rounds: :mod:`dlbench.tasks.compare`), and what each round kept.
+
+    ``invoke(index, order, share)`` runs one invocation of the executable over ``order`` (the rows, in the
+    round's order) with the round's settings, and returns what it gave (an
+    :class:`dlbench.operators.invocation.Invocation`); ``probe(share, label)`` reads the reference probe;
+    ``expired()`` says the sweep's time is spent. A round is run by :meth:`run` (every round in turn) or one at
+    a time by :meth:`round` (a side driven by another side's hook)."""
+
+    rows: Sequence[tuple[int, Sequence]]
+    rounds: int
+    settings: Any
+    invoke: Callable[[int, list, Any], Any]
+    probe: Callable[[Any, str], None] | None = None
+    expired: Callable[[], bool] = lambda: False
+    seed: int = field(default_factory=lambda: random.SystemRandom().randrange(2**32))
+    results: dict[int, list[RoundResult]] = field(default_factory=dict)
+    failures: dict[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.orders = round_orders(self.rows, self.rounds, random.Random(self.seed))
+
+    def share(self, index: int) -> Any:
+        """The settings of round ``index``: the divided settings' share (:func:`round_share`)."""
+        return replace(self.settings, **round_share(self.settings, self.rounds, index))
+
+    def run(self, around_round: AroundRound | None = None) -> None:
+        """Every round in turn; then the probe's last reading."""
+        for index in range(self.rounds):
+            if not self.round(index, around_round):
+                break
+        if self.results and self.probe is not None:
+            self.probe(self.share(self.rounds - 1), "end")
+
+    def round(self, index: int, around_round: AroundRound | None = None) -> bool:
+        """Round ``index``: each operation in its shuffled place (an operation that failed is not tried again,
+        unless an earlier round measured it); False when nothing is left to do or the time is spent. Raises
+        KeyboardInterrupt after keeping what an interrupted round measured."""
+        todo = [row for row in self.rows if row[0] not in self.failures or row[0] in self.results]
+        if not todo or self.expired():
+            return False
+        share = self.share(index)
+        if self.probe is not None:
+            self.probe(share, f"round{index + 1}")
+        left = {row[0] for row in todo}  # without the operations that failed since
+        order = [row for row in self.orders[index] if row[0] in left]
+        if around_round is not None:
+            around_round(index, "before")
+        inv = self.invoke(index, order, share)
+        if around_round is not None:
+            around_round(index, "after")
+        self.failures.update(inv.failures)
+        for position, (op_id, _) in enumerate(order):
+            if op_id in inv.stats:
+                self.results.setdefault(op_id, []).append(RoundResult(
+                    index, position, inv.stats[op_id], tuple(inv.samples.get(op_id, ())), inv.efficiency.get(op_id),
+                    inv.launch.get(op_id),
+                ))  # fmt: skip
+        if inv.interrupted:
+            raise KeyboardInterrupt
+        return True
 
 
 def combined_launch_ms(used: Sequence[RoundResult]) -> float | None:

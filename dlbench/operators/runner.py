@@ -14,21 +14,22 @@ from dlbench.config import DlbenchConfig
 from dlbench.core.allocator import allocator_environment
 from dlbench.core.contention import contention_limit
 from dlbench.core.cores import resolve_threads, thread_environment
+from dlbench.core.errors import ConfigurationError
 from dlbench.core.interference import InterferenceWatch
 from dlbench.core.process import STDERR_KEEP_BYTES
 from dlbench.core.settings import EXECUTABLE_SETTINGS, default, to_environment
 from dlbench.core.values import Measurement, Operation, SweepResult
 from dlbench.operators.invocation import Invocation, align_rows, invoke_once
 from dlbench.operators.protocol import ids_written, output_path_for, samples_path_for
-from dlbench.operators.reference import probe_settings
+from dlbench.operators.reference import TRIAD_NAME, machine_triad_elements, probe_settings, release_triad, triad_ms
 from dlbench.operators.registry import OperatorBenchmark
 from dlbench.operators.rounds import (
+    AroundRound,
+    RoundLoop,
     RoundResult,
     combine_rounds,
     measured_again,
     probe_report,
-    round_orders,
-    round_share,
     write_combined,
 )
 
@@ -57,13 +58,17 @@ class RunSettings:
     rounds: int = int(default("rounds"))
     #: cpu efficiency below which an operation is contended (:mod:`dlbench.core.contention`); 0: never
     contended_below: float = float(default("contended_below"))
+    #: more environment variables for the executable (a comparison's side: ``compare.b.env``), set last
+    extra_env: tuple[tuple[str, str], ...] = ()
 
     def environment(self) -> dict[str, str]:
-        """The ``DLBENCH_*`` variables of :mod:`dlbench.core.settings` (and OpenMP's thread count)."""
+        """The ``DLBENCH_*`` variables of :mod:`dlbench.core.settings` (and OpenMP's thread count), then
+        ``extra_env``."""
         keys = [s.key for s in EXECUTABLE_SETTINGS if s.key != "verify"]  # not rounds: the runner's own
         env = to_environment({key: getattr(self, key) for key in keys})
         env.update(thread_environment(self.threads))
         env.update(allocator_environment(self.keep_heap))
+        env.update(dict(self.extra_env))
         return env
 
 
@@ -128,7 +133,7 @@ def measure_operations(
     stem: str | None = None,
     on_poll: Callable[[], None] | None = None,
     probe: Sequence[tuple[OperatorBenchmark, Operation]] = (),
-    around_round: Callable[[int, str], None] | None = None,
+    around_round: AroundRound | None = None,
 ) -> tuple[SweepResult, SweepFiles]:
     """Measure every operation with ``benchmark`` in ``settings.rounds`` interleaved rounds
     (:mod:`dlbench.operators.rounds`); every operation gets a measurement or an error.
@@ -143,26 +148,93 @@ def measure_operations(
     Ctrl-C or SIGTERM the executable's process group is stopped and what was measured so far is returned
     with ``interrupted=True``; the caller logs it and re-raises.
     """
+    sweep, measurements, files = _prepared(benchmark, operations, settings, workdir, stem, on_poll, probe)
+    if sweep is None:
+        return SweepResult(measurements, run_error="no operation could be aligned to param_descr"), files
+    with sweep.watch:
+        try:
+            sweep.loop.run(around_round)
+            sweep.measure_contended_again()
+        except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see core.interrupts
+            if not sweep.stopped:
+                sweep.stopped.append(type(err).__name__)
+    return sweep.result(measurements), files
+
+
+def _prepared(
+    benchmark: OperatorBenchmark,
+    operations: Sequence[Operation],
+    settings: RunSettings,
+    workdir: Path,
+    stem: str | None,
+    on_poll: Callable[[], None] | None,
+    probe: Sequence[tuple[OperatorBenchmark, Operation]],
+) -> tuple[_Sweep | None, dict[int, Measurement], SweepFiles]:
+    """A sweep ready to run (None when no operation fits the benchmark), the misfits, its files; the files of
+    an earlier sweep of the same name removed."""
     files = sweep_files(workdir, stem or benchmark.name)
     workdir.mkdir(parents=True, exist_ok=True)
     rows, measurements = align_rows(benchmark, operations)
     if not rows:
-        return SweepResult(measurements, run_error="no operation could be aligned to param_descr"), files
+        return None, measurements, files
     base = files.input_csv.stem
     for old in [*workdir.glob(f"{base}_round*"), *workdir.glob(f"{base}_again*"), *workdir.glob(f"{base}_probe*")]:
         old.unlink(missing_ok=True)
     files.output_csv.unlink(missing_ok=True)
     if rounds_for(settings, len(rows)) > 1:
         files = replace(files, rounds_csv=workdir / f"{base}_rounds.csv")
-    sweep = _Sweep(benchmark, operations, rows, settings, files, on_poll, probe, around_round)
-    with sweep.watch:
+    return _Sweep(benchmark, operations, rows, settings, files, on_poll, probe), measurements, files
+
+
+@dataclass(frozen=True)
+class Side:
+    """One side of a comparison measured in the same rounds as the other: its benchmark, operations, settings
+    and the stem of its protocol files."""
+
+    benchmark: OperatorBenchmark
+    operations: Sequence[Operation]
+    settings: RunSettings
+    stem: str
+
+
+def measure_interleaved(
+    a: Side,
+    b: Side,
+    workdir: Path,
+    probe: Sequence[tuple[OperatorBenchmark, Operation]] = (),
+    seed: int | None = None,
+) -> tuple[tuple[SweepResult, SweepFiles], tuple[SweepResult, SweepFiles], tuple[str, ...]]:
+    """A and B in one run: each of A's rounds (:class:`RoundLoop`) runs B's round of the same index right
+    before or right after it (through A's ``around_round`` hook, in a random order per round), so the two
+    sides of a round see the same machine. Each side is then finished as :func:`measure_operations` finishes a
+    sweep. ``probe``: read at each round's start (A's loop). The results and files of A and B, and per round
+    which side ran first (``"AB"`` or ``"BA"``)."""
+    rng = random.Random(seed if seed is not None else random.SystemRandom().randrange(2**32))
+    prepared = [_prepared(s.benchmark, s.operations, s.settings, workdir, s.stem, None, p)
+                for s, p in ((a, probe), (b, ()))]  # fmt: skip
+    (sweep_a, found_a, files_a), (sweep_b, found_b, files_b) = prepared
+    if sweep_a is None or sweep_b is None:
+        raise ConfigurationError(
+            f"{(a if sweep_a is None else b).benchmark.name}: no operation could be aligned to its param_descr"
+        )
+    if sweep_a.rounds != sweep_b.rounds:
+        raise ConfigurationError(f"A and B must run as many rounds, got {sweep_a.rounds} and {sweep_b.rounds}")
+    orders = tuple(rng.choice(("AB", "BA")) for _ in range(sweep_a.rounds))
+
+    def around(index: int, stage: str) -> None:
+        if stage == ("before" if orders[index] == "BA" else "after"):
+            sweep_b.loop.round(index)
+
+    with sweep_a.watch, sweep_b.watch:
         try:
-            sweep.measure_rounds()
-            sweep.measure_contended_again()
+            sweep_a.loop.run(around)
+            sweep_a.measure_contended_again()
+            sweep_b.measure_contended_again()
         except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see core.interrupts
-            if not sweep.stopped:
-                sweep.stopped.append(type(err).__name__)
-    return sweep.result(measurements), files
+            for sweep in (sweep_a, sweep_b):
+                if not sweep.stopped:
+                    sweep.stopped.append(type(err).__name__)
+    return (sweep_a.result(found_a), files_a), (sweep_b.result(found_b), files_b), orders
 
 
 class _Sweep:
@@ -177,7 +249,6 @@ class _Sweep:
         files: SweepFiles,
         on_poll: Callable[[], None] | None,
         probe: Sequence[tuple[OperatorBenchmark, Operation]],
-        around_round: Callable[[int, str], None] | None,
     ) -> None:
         self.benchmark, self.operations, self.rows, self.settings, self.files = (
             benchmark,
@@ -186,22 +257,20 @@ class _Sweep:
             settings,
             files,
         )
-        self.on_poll, self.probe, self.around_round = on_poll, probe, around_round
+        self.on_poll, self.probe = on_poll, probe
         self.workdir, self.base = files.input_csv.parent, files.input_csv.stem
         self.rounds = rounds_for(settings, len(rows))
         self.limit = contention_limit(settings.device, settings.contended_below)
-        self.seed = random.SystemRandom().randrange(2**32)
-        self.orders = round_orders(rows, self.rounds, random.Random(self.seed))
-        self.deadline = (
-            math.inf
-        )  # set as the first invocation starts: the interference probe's time is not the program's
+        # set as the first invocation starts: the interference probe's time is not the program's
+        self.deadline = math.inf
         self.current = files.output_csv
         self.watch = InterferenceWatch(
             settings.threads, settings.device, lambda: ids_written(self.current), benchmark.name
         )
-        self.results: dict[int, list[RoundResult]] = {}
+        self.loop = RoundLoop(rows, self.rounds, settings, self.measure_round, self.probe_now if probe else None,
+                              lambda: time.perf_counter() >= self.deadline)  # fmt: skip
+        self.seed, self.results, self.failures = self.loop.seed, self.loop.results, self.loop.failures
         self.again: dict[int, RoundResult] = {}
-        self.failures: dict[int, str] = {}
         self.run_errors: list[str] = []
         self.probe_ms: dict[str, list[float]] = {}
         self.stderr_parts: list[str] = []
@@ -239,6 +308,14 @@ class _Sweep:
                 self.probe_ms.setdefault(op.label, []).append(inv.stats[op.id].median_ms)
             if inv.interrupted:
                 raise KeyboardInterrupt
+        if self.settings.device == "cpu":  # the memory probe beside the compute probe (operators/reference.py)
+            self.probe_ms.setdefault(TRIAD_NAME, []).append(triad_ms(machine_triad_elements()))
+
+    def measure_round(self, index: int, order: list, share: RunSettings) -> Invocation:
+        """One round's invocation of the benchmark over ``order`` (the loop: :class:`RoundLoop`)."""
+        this_round = self.files if self.rounds == 1 else round_files(self.workdir, self.base, index, self.rounds)
+        self.current = this_round.output_csv
+        return self.invoke(self.benchmark, self.operations, order, share, this_round)
 
     def combined(self) -> dict[int, Measurement]:
         s = self.settings
@@ -246,36 +323,6 @@ class _Sweep:
             op_id: combine_rounds(op_id, found, self.rounds, s.target_rel_ci, s.min_reps, self.limit)
             for op_id, found in self.results.items()
         }
-
-    def measure_rounds(self) -> None:
-        """Every round in turn, each operation in its shuffled place; then the probe's last reading."""
-        for index in range(self.rounds):
-            # an operation that failed is not tried again, unless it was measured in an earlier round
-            todo = [row for row in self.rows if row[0] not in self.failures or row[0] in self.results]
-            if not todo or time.perf_counter() >= self.deadline:
-                break
-            share = replace(self.settings, **round_share(self.settings, self.rounds, index))
-            self.probe_now(share, f"round{index + 1}")
-            this_round = self.files if self.rounds == 1 else round_files(self.workdir, self.base, index, self.rounds)
-            self.current = this_round.output_csv
-            left = {row[0] for row in todo}  # without the operations that failed since
-            order = [row for row in self.orders[index] if row[0] in left]
-            if self.around_round is not None:
-                self.around_round(index, "before")
-            inv = self.invoke(self.benchmark, self.operations, order, share, this_round)
-            if self.around_round is not None:
-                self.around_round(index, "after")
-            self.failures.update(inv.failures)
-            for position, (op_id, _) in enumerate(order):
-                if op_id in inv.stats:
-                    self.results.setdefault(op_id, []).append(RoundResult(
-                        index, position, inv.stats[op_id], tuple(inv.samples.get(op_id, ())), inv.efficiency.get(op_id),
-                        inv.launch.get(op_id),
-                    ))  # fmt: skip
-            if inv.interrupted:  # after keeping what the round measured
-                raise KeyboardInterrupt
-        if self.results:
-            self.probe_now(replace(self.settings, **round_share(self.settings, self.rounds, self.rounds - 1)), "end")
 
     def measure_contended_again(self) -> None:
         """Once, with the whole share, at the sweep's end: the operations whose threads waited in every round."""
@@ -312,6 +359,7 @@ class _Sweep:
         if len(stderr) > STDERR_KEEP_BYTES:  # each round's tail is bounded; so is their sum
             dropped = len(stderr) - STDERR_KEEP_BYTES
             stderr = f"[... {dropped} earlier characters dropped ...]\n{stderr[-STDERR_KEEP_BYTES:]}"
+        release_triad()
         if self.rounds > 1:
             write_combined(self.files, self.rows, self.results, self.again, measurements, self.limit, stderr, self.seed)
         ordered = {op.id: measurements[op.id] for op in self.operations}

@@ -21,7 +21,7 @@ MAX_FIGURES = 12
 
 
 def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
-    from dlbench.analysis.compare import artifact_reader, compare_runs, current
+    from dlbench.analysis.comparison.runs import artifact_reader, compare_runs, current
     from dlbench.tracking.runs import open_run, run_place
     from dlbench.tracking.store import search_runs
 
@@ -75,7 +75,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         )  # fmt: skip
         print_comparison(run.run_name, run.run_id, runs, tables, comparison.problems, out_dir)
         if judged is not None:
-            from dlbench.analysis.change_report import log_changes
+            from dlbench.analysis.comparison.report import log_changes
 
             return log_changes(run, judged, settings, out_dir, run_place(cfg, ctx).experiment_id)
     return 0
@@ -83,8 +83,8 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
 
 def judge_changes(cfg: DlbenchConfig, target, runs: pd.DataFrame, found: pd.DataFrame):
     """B against A: the pairs of configurations, their changes, and the machines' differences."""
-    from dlbench.analysis.change import ChangeSettings
-    from dlbench.analysis.sides import judge
+    from dlbench.analysis.comparison.change import ChangeSettings
+    from dlbench.analysis.comparison.sides import judge
 
     settings = cfg.compare
     change = ChangeSettings(settings.threshold, settings.confidence, settings.resamples, settings.seed)
@@ -92,7 +92,7 @@ def judge_changes(cfg: DlbenchConfig, target, runs: pd.DataFrame, found: pd.Data
 
 
 def comparison_tables(comparison, used: pd.DataFrame) -> dict[str, pd.DataFrame]:
-    from dlbench.analysis.compare import (
+    from dlbench.analysis.comparison.runs import (
         by_batch_size,
         evaluation_table,
         implementations_side_by_side,
@@ -114,7 +114,7 @@ def log_batch_plots(run, used: pd.DataFrame, tables: dict[str, pd.DataFrame]) ->
     """Totals, per-sample times and step times against batch size, per benchmark; the number drawn."""
     import matplotlib.pyplot as plt
 
-    from dlbench.analysis.compare import evaluation_totals, left_out_totals, run_totals
+    from dlbench.analysis.comparison.runs import evaluation_totals, left_out_totals, run_totals
     from dlbench.analysis.plots import plot_time_vs_batch
 
     batch_plots = (

@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 from scipy import stats
 
-from dlbench.analysis.change import TOTAL, ChangeSettings, compare_samples, verdict, verdict_counts
+from dlbench.analysis.comparison.change import TOTAL, ChangeSettings, compare_samples, verdict, verdict_counts
 
 
 def samples(key: str, values, rounds: int = 1) -> pd.DataFrame:
@@ -124,7 +124,7 @@ def test_the_same_seed_gives_the_same_interval():
 
 
 def test_samples_split_into_the_rounds_they_came_from_and_set_aside_rounds_hold_none():
-    from dlbench.analysis.sides import blocks_from_rounds
+    from dlbench.analysis.comparison.sides import blocks_from_rounds
 
     # as operators/rounds.py writes them: the samples of the kept rounds, in order; round 2 was set aside
     samples = pd.DataFrame({"id": [0] * 5 + [1] * 3, "ms": [1.0, 1.1, 3.0, 3.1, 3.2, 7.0, 7.1, 7.2]})
@@ -150,7 +150,7 @@ def test_compare_settings_are_refused_at_compose_time_with_the_key(override: dic
 
 
 def test_the_reference_probe_says_how_much_slower_the_machine_ran_on_b():
-    from dlbench.analysis.sides import probe_ratio
+    from dlbench.analysis.comparison.sides import probe_ratio
 
     runs = pd.DataFrame(
         {"run_id": ["a", "b", "c"], "drift/gemm/before_ms": [10.0, 15.0, None],
@@ -159,3 +159,22 @@ def test_the_reference_probe_says_how_much_slower_the_machine_ran_on_b():
     # gemm 1.5x, conv 1.0x: their geometric mean over the readings (1.5 * 1.5 * 1.0) ** (1 / 3)
     assert probe_ratio(runs, ["a"], ["b"]) == pytest.approx(1.5 ** (2 / 3))
     assert np.isnan(probe_ratio(runs, ["a"], ["c"]))  # B logged no probe
+
+
+def test_a_side_with_a_zero_median_is_unsure_with_the_reason_not_a_division_error():
+    rng = np.random.default_rng(8)
+    a = np.zeros(12)  # a timer that reads 0 for a call shorter than its resolution
+    b = rng.lognormal(0.0, 0.02, 12)
+    changes = compare_samples(samples("x", a, 3), samples("x", b, 3)).set_index("operation")
+    for operation in ("x", TOTAL):
+        assert changes.at[operation, "verdict"] == "unsure"
+        assert np.isnan(changes.at[operation, "ratio"])
+        assert "A's median is 0 ms" in changes.at[operation, "why"]
+
+
+def test_a_side_timed_in_one_round_says_its_interval_leaves_out_the_drift():
+    rng = np.random.default_rng(9)
+    one = compare_samples(samples("x", rng.lognormal(0, 0.02, 20), 1), samples("x", rng.lognormal(0, 0.02, 20), 4))
+    assert "A timed in one round" in one.iloc[0]["why"]
+    four = compare_samples(samples("x", rng.lognormal(0, 0.02, 20), 4), samples("x", rng.lognormal(0, 0.02, 20), 4))
+    assert "one round" not in four.iloc[0]["why"]

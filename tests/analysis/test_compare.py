@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from helpers import FAST, Store, artifact_text, mlflow_runs, run_dlbench
 
-from dlbench.analysis.compare import (
+from dlbench.analysis.comparison.runs import (
     by_batch_size,
     check_metrics,
     current,
@@ -201,7 +201,7 @@ def test_operation_table_across_batch_sizes_is_sorted_and_names_each_operation()
 
 
 def test_contended_operations_and_noisy_runs_stay_in_the_tables_marked_and_plot_hollow(tmp_path: Path):
-    from dlbench.analysis.compare import operation_table, run_totals
+    from dlbench.analysis.comparison.runs import operation_table, run_totals
     from dlbench.analysis.plots import plot_time_vs_batch
 
     found = pd.DataFrame(

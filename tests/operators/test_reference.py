@@ -62,3 +62,37 @@ def test_the_gpu_references_take_the_torch_benchmarks_parameters_and_are_not_lau
         assert [name for name, _ in gpu.params] == list(entry.param_descr), gpu.name
         assert gpu.flops >= 100 * cpu.flops  # milliseconds on a large GPU, where a launch is microseconds
     assert reference_operations("cpu") == REFERENCE_OPERATIONS
+
+
+def _cache(root, cpu: int, index: int, level: int, kind: str, size: str, shared: str) -> None:
+    folder = root / f"cpu{cpu}" / "cache" / f"index{index}"
+    folder.mkdir(parents=True)
+    for name, text in (("level", str(level)), ("type", kind), ("size", size), ("shared_cpu_list", shared)):
+        (folder / name).write_text(text + "\n")
+
+
+def test_the_memory_probe_sizes_its_arrays_from_every_last_level_cache_counted_once(tmp_path) -> None:
+    from dlbench.operators.reference import last_level_caches, triad_elements
+
+    # two sockets of two CPUs: each socket's 16 MiB L3 is listed by both of its CPUs; L2s per CPU
+    for cpu in range(4):
+        _cache(tmp_path, cpu, 0, 1, "Instruction", "32K", str(cpu))
+        _cache(tmp_path, cpu, 2, 2, "Unified", "1024K", str(cpu))
+        _cache(tmp_path, cpu, 3, 3, "Unified", "16384K", "0-1" if cpu < 2 else "2-3")
+    found, where = last_level_caches(tmp_path)
+    assert found == 2 * 16 * 2**20 and "2 L3" in where
+    assert triad_elements(found) * 8 >= 2 * found  # each array larger than all the caches together
+    fallback, why = last_level_caches(tmp_path / "none")
+    assert fallback > 0 and "assumed" in why
+
+
+def test_the_triad_computes_a_equals_b_plus_s_times_c_over_every_chunk() -> None:
+    import numpy as np
+
+    from dlbench.operators.reference import TRIAD_CHUNK, triad
+
+    n = 2 * TRIAD_CHUNK + 17  # a last chunk shorter than the others
+    b, c = np.arange(n, dtype=float), np.linspace(0.0, 1.0, n)
+    a = np.zeros(n)
+    triad(a, b, c, 3.0)
+    np.testing.assert_array_equal(a, b + 3.0 * c)

@@ -177,6 +177,9 @@ def test_the_torch_kernels_report_their_cpu_efficiency_and_the_probe_runs_every_
     for m in result.measurements.values():  # 50 ms of calls per round: long enough to be judged
         assert m.stats is not None and m.cpu_efficiency is not None and 0 < m.cpu_efficiency <= 1.0
     assert math.isfinite(result.extra["drift_metrics"]["machine_drift_pct"])
+    # the memory probe beside the compute probe, read at the first round's start and after the last
+    assert result.extra["drift_metrics"]["drift/stream_triad/before_ms"] > 0
+    assert result.extra["drift_metrics"]["drift/stream_triad/after_ms"] > 0
     probes = sorted(p.name for p in (tmp_path / "work").glob("*_probe1_*_out.csv"))
     assert probes == [f"{files.input_csv.stem}_probe1_{label}_out.csv" for label in ("end", "round1", "round2")]
 
@@ -202,3 +205,22 @@ def test_the_combined_files_of_several_rounds_keep_each_operations_launch_column
     assert len(rounds) == 4 and all(parse_output(p).launch_ms for p in rounds), "each round wrote its launches"
     combined = parse_output(files.output_csv).launch_ms
     assert combined == pytest.approx({0: 0.02, 1: 0.03, 2: 0.04})
+
+
+def test_a_and_b_interleaved_run_back_to_back_each_round_in_the_order_drawn(tmp_path: Path) -> None:
+    from dlbench.operators.runner import Side, measure_interleaved
+
+    shared = tmp_path / "calls.log"
+    entries = []
+    for name in ("side_a", "side_b"):  # one log for both programs: the order in which the invocations ran
+        body = STEADY + f"\nopen({str(shared)!r}, 'a').write({name!r} + '\\n') if row is rows[-1] else None\n"
+        entry, _ = program(tmp_path, name, body)
+        entries.append(entry)
+    settings = RunSettings(warmup=0, min_reps=4, min_time_s=0.0, threads=1, rounds=5, contended_below=0)
+    a, b = (Side(e, relu_ops(3), settings, e.name) for e in entries)
+    (result_a, files_a), (result_b, files_b), orders = measure_interleaved(a, b, tmp_path / "work", seed=3)
+    calls = shared.read_text().split()
+    assert len(orders) == 5 and set(orders) == {"AB", "BA"}  # seed 3 draws both orders
+    assert calls == [side for order in orders for side in ("side_a", "side_b")[:: 1 if order == "AB" else -1]]
+    assert all(m.ok for m in (*result_a.measurements.values(), *result_b.measurements.values()))
+    assert files_a.rounds_csv is not None and files_b.rounds_csv is not None and files_b.rounds_csv.exists()

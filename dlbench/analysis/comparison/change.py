@@ -113,7 +113,38 @@ def _interval(ratios: np.ndarray, confidence: float) -> tuple[float, float]:
     return float(low), float(high)
 
 
+def no_ratio_reason(a_ms: float, b_ms: float) -> str:
+    """Why B / A of these medians is no ratio (a side's median zero, negative or missing); empty when it is one."""
+    for side, ms in (("A", a_ms), ("B", b_ms)):
+        if not math.isfinite(ms):
+            return f"{side} has no median (its samples are not numbers): no ratio; re-measure that side"
+        if ms <= 0.0:
+            return (
+                f"{side}'s median is {ms:g} ms: no ratio (a time at or below the timer's resolution; time more "
+                "work per call, e.g. a larger batch_size)"
+            )
+    return ""
+
+
+def one_round_note(a: Blocks | None, b: Blocks | None) -> str:
+    """A note where a side was timed in one round: its interval holds the samples' scatter within that round,
+    not the machine's drift between rounds, so it claims more than it knows."""
+    single = [side for side, blocks in (("A", a), ("B", b)) if blocks is not None and len(blocks.sizes) == 1]
+    if not single:
+        return ""
+    return (
+        f"{' and '.join(single)} timed in one round: the interval leaves out the machine's drift between rounds "
+        "(measure.rounds=4 or more, or compare both sides in one run: compare.a / compare.b)"
+    )
+
+
 def _row(operation: str, a_ms: float, b_ms: float, ratios: np.ndarray, reason: str, s: ChangeSettings) -> dict:
+    no_ratio = no_ratio_reason(a_ms, b_ms)
+    if no_ratio:
+        why = "; ".join(w for w in (no_ratio, reason) if w)
+        return {"operation": operation, "A": a_ms, "B": b_ms, "ratio": math.nan, "low": math.nan,
+                "high": math.nan, "verdict": "unsure", "why": why}  # fmt: skip
+    ratios = ratios[np.isfinite(ratios)]
     low, high = _interval(ratios, s.confidence) if len(ratios) else (math.nan, math.nan)
     judged = verdict(low, high, s.threshold)
     if reason:  # contended, noisy or partial: never a verdict other than unsure
@@ -121,6 +152,12 @@ def _row(operation: str, a_ms: float, b_ms: float, ratios: np.ndarray, reason: s
                 "verdict": "unsure", "why": reason}  # fmt: skip
     return {"operation": operation, "A": a_ms, "B": b_ms, "ratio": b_ms / a_ms, "low": low, "high": high,
             "verdict": judged, "why": _why(judged, low, high, s.threshold)}  # fmt: skip
+
+
+def _with_note(row: dict, note: str) -> dict:
+    if note:
+        row["why"] = f"{row['why']}; {note}" if row["why"] else note
+    return row
 
 
 def _uniforms(sides: Mapping[str, Blocks], rng: np.random.Generator, resamples: int) -> np.ndarray:
@@ -154,7 +191,10 @@ def compare_samples(
         reason = _reason(info, key)
         medians_a = resampled_medians(side_a[key], uniform_a, rng)
         medians_b = resampled_medians(side_b[key], uniform_b, rng)
-        rows.append(_row(key, side_a[key].median, side_b[key].median, medians_b / medians_a, reason, s))
+        with np.errstate(divide="ignore", invalid="ignore"):  # a zero median is said in the row's why
+            ratios = medians_b / medians_a
+        note = one_round_note(side_a[key], side_b[key])
+        rows.append(_with_note(_row(key, side_a[key].median, side_b[key].median, ratios, reason, s), note))
         count = _count(info, key)
         total_a += count * medians_a
         total_b += count * medians_b
@@ -167,7 +207,9 @@ def compare_samples(
     only += [f"{k}: no samples" for k in info.index if k not in side_a and k not in side_b]
     if rows:
         why = _total_reason(reasons, only)
-        rows.append(_row(TOTAL, sums[0], sums[1], total_b / total_a, why, s))
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratios = total_b / total_a
+        rows.append(_row(TOTAL, sums[0], sums[1], ratios, why, s))
     return pd.DataFrame(rows, columns=list(CHANGE_COLUMNS))
 
 

@@ -1,7 +1,7 @@
 """The two sides of a comparison (``compare.baseline`` A, ``compare.candidate`` B: a run id, a system, or
 ``key=value``), the pairs of configurations to compare (repeated runs of one configuration pooled, each of
 their rounds a block), and the samples each side recorded (``protocol/*_samples.csv``, split into rounds by
-``*_rounds.csv``), ready for :func:`dlbench.analysis.change.compare_samples`."""
+``*_rounds.csv``), ready for :func:`dlbench.analysis.comparison.change.compare_samples`."""
 
 from __future__ import annotations
 
@@ -9,15 +9,15 @@ import math
 import os
 import tempfile
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from dlbench.analysis.change import CHANGE_COLUMNS, TOTAL, ChangeSettings, compare_samples
-from dlbench.analysis.compare import CONFIGURATION
+from dlbench.analysis.comparison.change import CHANGE_COLUMNS, TOTAL, ChangeSettings, compare_samples
+from dlbench.analysis.comparison.runs import CONFIGURATION
 from dlbench.analysis.marks import is_true
 from dlbench.core.errors import ConfigurationError
 
@@ -35,13 +35,24 @@ class Recorded:
     operations: pd.DataFrame
 
 
+#: what ``changes.csv`` says of each row's pair, beside :data:`CHANGE_COLUMNS`
+PAIR_COLUMNS = ("pair", "key", "op_id", "differs", "a_runs", "a_names", "b_runs", "b_names")
+#: the settings a pair's two sides may differ in (``differs``)
+DIFFERING = ("implementation", "backend", "system", "dtype", "device", "threads")
+
+
 @dataclass(frozen=True)
 class Pair:
-    """Runs of one configuration on each side, compared operation by operation."""
+    """Runs of one configuration on each side, compared operation by operation: ``label`` is unique among the
+    comparison's pairs, ``differs`` the configuration that differs between the sides (``backend torch ->
+    onednn; threads 1 -> 2``; empty where the sides ran the same)."""
 
     label: str
     a_runs: tuple[str, ...]
     b_runs: tuple[str, ...]
+    differs: str = ""
+    a_names: tuple[str, ...] = ()
+    b_names: tuple[str, ...] = ()
 
 
 def side_mask(runs: pd.DataFrame, spec: str, key: str) -> pd.Series:
@@ -108,9 +119,45 @@ def pair_runs(runs: pd.DataFrame, a: pd.Series, b: pd.Series) -> list[Pair]:
                 continue
             agree = sum((same[c].map(_text) == _text(v)).astype(int) for c, v in zip(others, config, strict=True))
             best = same[agree == agree.max()]
-            label = f"{benchmark} bs{_text(batch)}"
-            pairs.append(Pair(label, tuple(best["run_id"]), tuple(part["run_id"])))
-    return pairs
+            pairs.append(Pair(f"{benchmark} bs{_text(batch)}", tuple(best["run_id"]), tuple(part["run_id"]),
+                              differs(best, part), _names(best), _names(part)))  # fmt: skip
+    return unique_labels(pairs)
+
+
+def _names(runs: pd.DataFrame) -> tuple[str, ...]:
+    names = runs["run_name"] if "run_name" in runs.columns else runs["run_id"]
+    return tuple(_text(n) for n in names)
+
+
+def differs(a: pd.DataFrame, b: pd.DataFrame) -> str:
+    """The settings of :data:`DIFFERING` whose values differ between the runs of ``a`` and ``b``, as
+    ``backend torch -> onednn; threads 1 -> 2`` (a side whose runs disagree lists its values with ``|``)."""
+    parts = []
+    for column in DIFFERING:
+        if column not in a.columns or column not in b.columns:
+            continue
+        values_a = " | ".join(sorted({_text(v) for v in a[column]}))
+        values_b = " | ".join(sorted({_text(v) for v in b[column]}))
+        if values_a != values_b:
+            parts.append(f"{column} {values_a or '-'} -> {values_b or '-'}")
+    return "; ".join(parts)
+
+
+def unique_labels(pairs: Sequence[Pair]) -> list[Pair]:
+    """The pairs with labels that never coincide: a label several pairs share gets what differs between each
+    pair's sides in brackets, and where that is the same too, B's run names."""
+    out = list(pairs)
+    for attempt in (lambda p: p.differs or "same configuration", lambda p: ", ".join(p.b_names or p.b_runs)):
+        counts: dict[str, int] = {}
+        for pair in out:
+            counts[pair.label] = counts.get(pair.label, 0) + 1
+        out = [replace(p, label=f"{p.label} [{attempt(p)}]") if counts[p.label] > 1 else p for p in out]
+    seen: dict[str, int] = {}
+    for index, pair in enumerate(out):  # still alike (two B runs of one name): numbered
+        seen[pair.label] = seen.get(pair.label, 0) + 1
+        if seen[pair.label] > 1:
+            out[index] = replace(pair, label=f"{pair.label} #{seen[pair.label]}")
+    return out
 
 
 def blocks_from_rounds(samples: pd.DataFrame, rounds: pd.DataFrame | None, run_id: str) -> pd.DataFrame:
@@ -150,7 +197,7 @@ def recorded_from(results: pd.DataFrame, protocol: Path | None, run_id: str, noi
     why = [", ".join(([s] if s in UNCLEAN_STATUSES else []) + (["measured on a busy machine"] if b else []))
            for s, b in zip(status, busy, strict=True)]  # fmt: skip
     count = results["count"] if "count" in results.columns else 1
-    operations = pd.DataFrame({"key": results["key"].astype(str), "count": count, "why": why})
+    operations = pd.DataFrame({"key": results["key"].astype(str), "count": count, "why": why, "id": results["id"]})
     return Recorded(samples[["key", "block", "ms"]], operations)
 
 
@@ -159,8 +206,10 @@ def pooled(recorded: Sequence[Recorded]) -> Recorded:
     when it is in any run."""
     samples = pd.concat([r.samples for r in recorded], ignore_index=True)
     operations = pd.concat([r.operations for r in recorded], ignore_index=True)
+    if "id" not in operations.columns:
+        operations["id"] = None
     operations = operations.groupby("key", sort=False).agg(
-        count=("count", "first"), why=("why", lambda w: "; ".join(sorted({x for x in w if x})))
+        count=("count", "first"), why=("why", lambda w: "; ".join(sorted({x for x in w if x}))), id=("id", "first")
     )
     return Recorded(samples, operations.reset_index())
 
@@ -175,15 +224,23 @@ def changes_of_pairs(pairs: Sequence[Pair], read: Callable[[str], Recorded], set
         info = a.operations.merge(b.operations, on="key", how="outer", suffixes=("_a", "_b"))
         info["count"] = info["count_a"].fillna(info["count_b"])
         changes = compare_samples(a.samples, b.samples, info.fillna({"why_a": "", "why_b": ""}), settings)
-        if len(pairs) > 1 or changes.empty:
-            changes["operation"] = pair.label + " " + changes["operation"]
-        else:
-            changes.loc[changes["operation"] == TOTAL, "operation"] = f"{pair.label} {TOTAL}"
-        changes["a_runs"] = ",".join(pair.a_runs)
-        changes["b_runs"] = ",".join(pair.b_runs)
-        frames.append(changes)
-    columns = [*CHANGE_COLUMNS, "a_runs", "b_runs"]
+        ids = info.assign(op_id=info["id_a"].fillna(info["id_b"])).set_index("key")["op_id"]
+        frames.append(labelled(changes, pair, ids, several=len(pairs) > 1))
+    columns = [*CHANGE_COLUMNS, *PAIR_COLUMNS]
     return pd.concat(frames, ignore_index=True)[columns] if frames else pd.DataFrame(columns=columns)
+
+
+def labelled(changes: pd.DataFrame, pair: Pair, ids: pd.Series, several: bool) -> pd.DataFrame:
+    """One pair's ``changes`` with the columns of :data:`PAIR_COLUMNS`: operations named ``<label> <key>``
+    where several pairs are compared, the total always ``<label> total``; ``ids``: each key's operation id."""
+    changes = changes.assign(key=changes["operation"], pair=pair.label)
+    changes["op_id"] = changes["key"].map(ids).astype("Int64") if len(ids) else pd.NA
+    if several or changes.empty:
+        changes["operation"] = pair.label + " " + changes["operation"]
+    else:
+        changes.loc[changes["operation"] == TOTAL, "operation"] = f"{pair.label} {TOTAL}"
+    return changes.assign(differs=pair.differs, a_runs=",".join(pair.a_runs), a_names=",".join(pair.a_names),
+                          b_runs=",".join(pair.b_runs), b_names=",".join(pair.b_names))  # fmt: skip
 
 
 def protocol_reader(target: Any, noisy: Callable[[str], bool]) -> Callable[[str], Recorded]:

@@ -1,6 +1,7 @@
 """The forest plot of a comparison: per operation (and total) the ratio B / A with its confidence interval,
-sorted by ratio, the noise band shaded, coloured by verdict; as a matplotlib figure (PNG) and as a
-self-contained HTML page (the figure as inline SVG above the table) that MLflow's artifact view opens."""
+grouped by pair of sides and sorted by ratio within each, the noise band shaded, coloured by verdict; as a
+matplotlib figure (PNG) and as a self-contained HTML page (the figure as inline SVG above the table) that
+MLflow's artifact view opens."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import math
 
 import pandas as pd
 
-from dlbench.analysis.change import TOTAL, is_total
+from dlbench.analysis.comparison.change import TOTAL, is_total
 
 COLOURS = {"slower": "#c0392b", "faster": "#1e8449", "same": "#7f8c8d", "unsure": "#d68910"}
 #: beyond this many operations the plot shows the most changed ones (the table keeps all)
@@ -18,19 +19,26 @@ MAX_ROWS = 60
 
 
 def shown_rows(changes: pd.DataFrame, limit: int = MAX_ROWS) -> pd.DataFrame:
-    """The rows drawn, sorted by ratio: totals always, then the operations farthest from 1 up to ``limit``."""
+    """The rows drawn, pair by pair (``pair``: one group per pair of sides, in their order): each group's
+    total, then its operations sorted by ratio; the operations farthest from 1 over all pairs up to ``limit``."""
     finite = changes.dropna(subset=["ratio"])
-    totals = finite[is_total(finite["operation"])]
+    if "pair" not in finite.columns:
+        finite = finite.assign(pair="")
     ops = finite[~is_total(finite["operation"])]
     if len(ops) > limit:
         distance = ops["ratio"].clip(lower=1e-12).map(lambda r: abs(math.log(r)))
         ops = ops.loc[distance.sort_values(ascending=False).index[:limit]]
-    return pd.concat([ops.sort_values("ratio"), totals.sort_values("ratio")], ignore_index=True)
+    groups = []
+    for pair in dict.fromkeys(finite["pair"]):
+        mine = ops[ops["pair"] == pair].sort_values("ratio")
+        total = finite[(finite["pair"] == pair) & is_total(finite["operation"])]
+        groups.append(pd.concat([total, mine]))
+    return pd.concat(groups, ignore_index=True) if groups else finite.iloc[0:0]
 
 
 def forest_figure(changes: pd.DataFrame, threshold: float, title: str):
-    """The figure: one row per operation (totals at the top, bold), ratio with its interval, the band
-    [1 / (1 + threshold), 1 + threshold] shaded."""
+    """The figure: one row per operation, pair by pair under the pair's heading (each pair's total at its top,
+    bold), ratio with its interval, the band [1 / (1 + threshold), 1 + threshold] shaded."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -48,8 +56,15 @@ def forest_figure(changes: pd.DataFrame, threshold: float, title: str):
         if low == low and high == high:
             ax.plot([low, high], [y, y], color=colour, linewidth=2)
         ax.plot([row.ratio], [y], marker="D" if row.operation.endswith(TOTAL) else "o", color=colour)
+    several = rows["pair"].nunique() > 1
+    for start in rows.index[rows["pair"] != rows["pair"].shift()]:  # a line and a heading above each pair
+        if several:
+            ax.axhline(start - 0.5, color="#555555", linewidth=0.6)
+            ax.annotate(str(rows.at[start, "pair"]), (0.0, start - 0.45), xycoords=("axes fraction", "data"),
+                        fontsize=7, fontweight="bold", va="bottom")  # fmt: skip
+    ax.set_ylim(len(rows) - 0.5, -1.0 if several else -0.5)  # the first pair's heading inside the axes
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([_label(r) for r in rows.itertuples(index=False)], fontsize=7)
+    ax.set_yticklabels([_label(r, several) for r in rows.itertuples(index=False)], fontsize=7)
     for tick, operation in zip(ax.get_yticklabels(), rows["operation"], strict=True):
         if operation.endswith(TOTAL):
             tick.set_fontweight("bold")
@@ -63,8 +78,10 @@ def forest_figure(changes: pd.DataFrame, threshold: float, title: str):
     return fig
 
 
-def _label(row) -> str:
-    return f"{row.operation} [{row.verdict}]"
+def _label(row, several: bool) -> str:
+    """The row's operation (without its pair's label where the pair's heading says it) and verdict."""
+    name = getattr(row, "key", "") if several else row.operation
+    return f"{name or row.operation} [{row.verdict}]"
 
 
 def forest_html(changes: pd.DataFrame, threshold: float, title: str, summary: str) -> str:

@@ -11,10 +11,10 @@ from typing import Any
 
 import pandas as pd
 
-from dlbench.analysis.change import is_total, verdict_counts
-from dlbench.analysis.forest import forest_figure, forest_html
+from dlbench.analysis.comparison.change import is_total, verdict_counts
+from dlbench.analysis.comparison.forest import forest_figure, forest_html
+from dlbench.analysis.comparison.sides import Judged
 from dlbench.analysis.report import NOTE_TAG
-from dlbench.analysis.sides import Judged
 from dlbench.core.change_rules import fails
 
 FOREST_HTML = "forest.html"
