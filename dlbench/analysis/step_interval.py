@@ -51,18 +51,31 @@ def pooled_step_ms(rounds: Sequence[pd.DataFrame], warmup: int) -> tuple[float, 
 def predicted_per_round(
     frame: pd.DataFrame, medians: Sequence[Mapping[int, float]], terms_ms: float, predicted_ms: float
 ) -> list[float]:
-    """The prediction of each benchmark round: ``predicted_ms`` scaled by how that round's operator terms
-    (its medians x occurrences; an operation it did not measure at its combined time) and the terms measured
-    once (framework, all-reduce: ``terms_ms`` less the operators) compare with the combined ones. A GPU
-    timeline's or a data-parallel step's prediction moves with its operators so."""
+    """The prediction of each benchmark round of a training step (``frame``: the evaluation's per-operation
+    table), as :func:`round_predictions` makes it."""
     rows = frame[measured(frame)]
-    ids, occurrences = rows["id"].tolist(), rows["occurrences"].tolist()
-    combined = dict(zip(ids, rows["benchmark_ms"].tolist(), strict=True))
-    operators_ms = float(rows["predicted_ms"].sum())
+    combined = dict(zip(rows["id"], rows["benchmark_ms"], strict=True))
+    return round_predictions(combined, dict(zip(rows["id"], rows["occurrences"], strict=True)), medians, terms_ms,
+                             predicted_ms)  # fmt: skip
+
+
+def round_predictions(
+    combined_ms: Mapping[int, float],
+    counts: Mapping[int, float],
+    medians: Sequence[Mapping[int, float]],
+    terms_ms: float,
+    predicted_ms: float,
+) -> list[float]:
+    """The prediction of each benchmark round: ``predicted_ms`` scaled by how that round's operator terms (its
+    medians x counts; an operation it did not measure at its combined time ``combined_ms``) and the terms
+    measured once (framework, all-reduce, a session's runs: ``terms_ms`` less the operators) compare with the
+    combined ones. A GPU timeline's, a data-parallel step's or an optimized session's prediction, which is not
+    the sum of these terms, moves with its operators so."""
+    operators_ms = sum(combined_ms[i] * counts[i] for i in combined_ms)
     others_ms = terms_ms - operators_ms
     out = []
     for round_ in medians:
-        total = sum(round_.get(i, combined[i]) * n for i, n in zip(ids, occurrences, strict=True)) + others_ms
+        total = sum(round_.get(i, combined_ms[i]) * counts[i] for i in combined_ms) + others_ms
         out.append(predicted_ms * total / terms_ms if terms_ms > 0 else math.nan)
     return out
 
@@ -120,6 +133,7 @@ def interval_note(metrics: Mapping[str, float], prefix: str = "prediction_error"
     if half <= abs(err):
         return ""
     return (
-        f"{what}'s 95% interval (+-{half:.1f} points) is wider than {what} ({err:+.1f}%): the machine moved the "
-        "rounds more than the prediction is off; more rounds (evaluate.rounds) or a quieter machine narrow it"
+        f"{what} ({err:+.1f}%) is within its noise: its 95% interval (+-{half:.1f} points) is wider than the error "
+        "itself, as the rounds moved more than the prediction is off; more rounds (evaluate.rounds) or a quieter "
+        "machine narrow it"
     )

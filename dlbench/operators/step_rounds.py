@@ -6,6 +6,7 @@ median is kept for the round's prediction (:mod:`dlbench.analysis.step_interval`
 
 from __future__ import annotations
 
+import csv
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -52,7 +53,8 @@ def combine_step_rounds(
         return dict(per_round[0])
     limit = contention_limit(settings.device, settings.contended_below)
     combined: dict[int, Measurement] = {}
-    for op_id in per_round[-1]:
+    ids = dict.fromkeys(op_id for round_ in per_round for op_id in round_)  # every round's, in order
+    for op_id in ids:
         found, failures = [], []
         for index, (round_measurements, round_samples_) in enumerate(zip(per_round, samples, strict=True)):
             m = round_measurements.get(op_id)
@@ -62,14 +64,25 @@ def combine_step_rounds(
                 found.append(RoundResult(index, 0, m.stats, tuple(round_samples_.get(op_id, ())), m.cpu_efficiency))
             elif m.error:
                 failures.append(f"round {index + 1}: {m.error}")
-        if not found:
-            combined[op_id] = per_round[-1][op_id]
+        if not found:  # its last round's failure
+            combined[op_id] = next(r[op_id] for r in reversed(per_round) if op_id in r)
             continue
         m = combine_rounds(op_id, found, len(per_round), settings.target_rel_ci, settings.min_reps, limit)
         if failures and m.stats is not None:
             m = replace(m, stats=m.stats.with_note("failed in " + "; ".join(failures)))
         combined[op_id] = m
     return combined
+
+
+def end_to_end_samples(files: Sequence[Path]) -> dict[str, list[float]]:
+    """The end-to-end samples (ms) per engine in a whole-model measurement's files (``*_end_to_end.csv``)."""
+    samples: dict[str, list[float]] = {}
+    for path in files:
+        if path.name.endswith("_end_to_end.csv") and path.exists():
+            with path.open(encoding="utf-8") as handle:
+                for row in csv.DictReader(handle):
+                    samples.setdefault(row["engine"], []).append(float(row["ms"]))
+    return samples
 
 
 def round_medians(per_round: Sequence[Mapping[int, Measurement]]) -> list[dict[int, float]]:
