@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parent.parent
 FAST = (
     "measure.warmup=1", "measure.min_reps=2", "measure.min_time_s=0", "measure.target_rel_ci=0.5",
     "measure.rounds=1", "measure.contended_below=0", "quiet=true",
+    "evaluate.rounds=2",  # task=evaluate: two trainings (as bracket did), the least that gives an interval
 )  # fmt: skip
 
 

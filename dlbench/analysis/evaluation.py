@@ -19,6 +19,7 @@ from dlbench.analysis.predict import (
     time_breakdown,
 )
 from dlbench.analysis.report import NOTE_TAG
+from dlbench.analysis.step_interval import error_text, interval_note
 from dlbench.operators.reference import DRIFT_LIMIT_PCT
 
 
@@ -37,6 +38,8 @@ class Evaluation:
     #: and their causes, printed and in the run's description
     outliers: pd.DataFrame | None = None
     findings: tuple[str, ...] = ()
+    #: each round's measured and predicted step (:class:`dlbench.analysis.step_interval.StepRounds`)
+    rounds: pd.DataFrame | None = None
 
     @property
     def per_type(self) -> pd.DataFrame:
@@ -68,6 +71,11 @@ def log_evaluation(run: Any, evaluation: Evaluation, backend: str, title: str) -
     run.log_table(not_predicted, "not_predicted.csv")
     if evaluation.outliers is not None:
         run.log_table(evaluation.outliers, "outliers.csv")
+    if evaluation.rounds is not None:  # each round's measurement, as a table and as metric series (step: round)
+        run.log_table(evaluation.rounds, "rounds.csv")
+        for column in ("measured_ms", "predicted_ms"):
+            run.log_metric_series(f"step_time_{column[:-3]}_round_ms", evaluation.rounds[column],
+                                  evaluation.rounds["round"])  # fmt: skip
     uncovered = evaluation.uncovered_op_types
     notes = list(evaluation.notes) + not_predicted_notes(not_predicted)
     if uncovered:
@@ -106,8 +114,11 @@ def status_line(metrics: dict[str, float]) -> str:
     line = (
         f"step time: predicted {_fmt(metrics['step_time_predicted_ms'])} ms, measured "
         f"{_fmt(metrics['step_time_measured_ms'])} ms (median unprofiled step), "
-        f"error {_fmt(metrics['prediction_error_pct'])}%"
+        f"error {error_text(metrics)}"
     )
+    rounds = int(metrics.get("evaluation_rounds", 0) or 0)
+    if rounds > 1:
+        line += f" over {rounds} paired rounds"
     profiled = metrics.get("step_time_profiled_ms", math.nan)
     if isinstance(profiled, float) and math.isfinite(profiled):
         line += f"; the profiled step took {_fmt(profiled)} ms (profiler on; the op-type figures rest on it)"
@@ -132,6 +143,8 @@ def print_evaluation(run_name: str, run_id: str, evaluation: Evaluation) -> None
         print("\nprediction terms (benchmarks and microbenchmarks, no profiler):")
         print(terms_for_people(evaluation.terms).to_string(index=False))
     print(status_line(metrics))
+    if interval_note(metrics):
+        print(interval_note(metrics))
     for line in evaluation.findings:
         print(line)
     if evaluation.uncovered_op_types:
@@ -179,7 +192,8 @@ def evaluation_note(title: str, evaluation: Evaluation, shown_types: int = 8) ->
     lines = [
         f"**{title}**: predicted **{_fmt(m['step_time_predicted_ms'])} ms** vs measured "
         f"**{_fmt(m['step_time_measured_ms'])} ms** per training step (median unprofiled step after the warm-up), "
-        f"error {_fmt(m['prediction_error_pct'])}%",
+        f"error {error_text(m)}",
+        *([interval_note(m)] if interval_note(m) else []),
         "",
         f"- **Profiled step**: {_fmt(m.get('step_time_profiled_ms', math.nan))} ms (profiler on). The op-type "
         "table below, `op_types.csv`, the time breakdown and the ratios are times in the profiled step.",

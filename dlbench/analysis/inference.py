@@ -4,10 +4,13 @@ measurement: the per-operation table, the terms by op type, the metrics and the 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 
 import pandas as pd
 
+from dlbench.analysis.comparison import paired_ratio
+from dlbench.analysis.step_interval import error_text, interval_note, level_interval, round_predictions
 from dlbench.core.values import Measurement, Operation, TimeStats
 
 #: engine -> the backend whose operator benchmarks predict it
@@ -158,6 +161,63 @@ def summary_frame(
     return pd.DataFrame(rows)
 
 
+def engine_rounds(
+    table: pd.DataFrame,
+    engine: str,
+    medians: Sequence[Mapping[int, float]],
+    measured_ms: Sequence[float],
+    predicted_ms: float,
+    overheads_ms: float,
+) -> pd.DataFrame:
+    """One row per round of ``engine``: its end-to-end median that round, and its prediction with that round's
+    benchmark medians (:func:`dlbench.analysis.step_interval.round_predictions`; ``predicted_ms``: the
+    engine's prediction, ``overheads_ms``: its terms measured once)."""
+    rows = table[table[f"{engine}_term_ms"].notna()] if f"{engine}_term_ms" in table else table.iloc[0:0]
+    combined = dict(zip(rows["id"], rows[f"{engine}_median_ms"], strict=True))
+    terms_ms = float(rows[f"{engine}_term_ms"].sum()) + overheads_ms
+    predicted = round_predictions(combined, dict(zip(rows["id"], rows["count"], strict=True)), medians, terms_ms,
+                                  predicted_ms)  # fmt: skip
+    frame = pd.DataFrame({"round": range(1, len(predicted) + 1), "engine": engine,
+                          "measured_ms": list(measured_ms), "predicted_ms": predicted})  # fmt: skip
+    frame["error_pct"] = 100.0 * (frame["predicted_ms"] / frame["measured_ms"] - 1.0)
+    return frame
+
+
+def engine_round_metrics(engine: str, rounds: pd.DataFrame) -> dict[str, float]:
+    """``engine/<engine>/error_pct`` paired by round with ``error_lo_pct`` / ``error_hi_pct`` (the 95% interval
+    over the paired rounds, :func:`dlbench.analysis.comparison.paired_ratio`), the measured and predicted
+    latencies' intervals and the rounds used; empty when no round both measured and predicted the engine."""
+    paired = paired_ratio(a=rounds["measured_ms"].tolist(), b=rounds["predicted_ms"].tolist())
+    if not paired.rounds:
+        return {}
+    err, low, high = paired.error_pct
+    measured_lo, measured_hi = level_interval(rounds["measured_ms"].tolist())
+    predicted_lo, predicted_hi = level_interval(rounds["predicted_ms"].tolist())
+    values = {"error_pct": err, "error_lo_pct": low, "error_hi_pct": high, "measured_lo_ms": measured_lo,
+              "measured_hi_ms": measured_hi, "predicted_lo_ms": predicted_lo, "predicted_hi_ms": predicted_hi,
+              "rounds": float(paired.rounds)}  # fmt: skip
+    return {f"engine/{engine}/{key}": value for key, value in values.items()}
+
+
+def with_round_intervals(summary: pd.DataFrame, metrics: Mapping[str, float]) -> pd.DataFrame:
+    """The summary's error per engine as the paired rounds give it, with its interval (NaN without one)."""
+    summary = summary.copy()
+    for column in ("error_pct", "error_lo_pct", "error_hi_pct"):
+        values = [metrics.get(f"engine/{engine}/{column}", math.nan) for engine in summary["engine"]]
+        if column == "error_pct":  # an engine without rounds (the served script's torch figure) keeps its own
+            values = [v if f"engine/{e}/rounds" in metrics else old
+                      for v, e, old in zip(values, summary["engine"], summary[column], strict=True)]  # fmt: skip
+        summary[column] = values
+    return summary
+
+
+def engine_error_text(row: object) -> str:
+    """An engine's error with its interval, as the summary prints it."""
+    values = {key: float(getattr(row, key, math.nan)) for key in ("error_pct", "error_lo_pct", "error_hi_pct")}
+    values = {key: (math.nan if pd.isna(value) else value) for key, value in values.items()}
+    return error_text({f"prediction_{key}": value for key, value in values.items()})
+
+
 def print_inference(model: str, batch_size: int, threads: int, summary: pd.DataFrame) -> None:
     print(f"\ninference latency of {model} at batch {batch_size}, {threads} threads (prediction: operator "
           "benchmarks' median x count, eval-mode kernels; measured: end-to-end median)")  # fmt: skip
@@ -169,6 +229,12 @@ def print_inference(model: str, batch_size: int, threads: int, summary: pd.DataF
         error = "NA" if pd.isna(row.error_pct) else f"{row.error_pct:+.1f}%"
         print(f"{row.engine:12s} {predicted:>13s} {measured:>12s} {error:>8s} {row.operations_missing:8d}  "
               f"{row.largest_terms}{'; ' if row.overheads else ''}{row.overheads}")  # fmt: skip
+        if not pd.isna(getattr(row, "error_lo_pct", math.nan)):
+            print(f"  {row.engine} error {engine_error_text(row)} over the paired rounds")
+            note = interval_note({"e_pct": row.error_pct, "e_lo_pct": row.error_lo_pct,
+                                  "e_hi_pct": row.error_hi_pct}, "e", f"{row.engine}'s error")  # fmt: skip
+            if note:
+                print(f"  {note}")
         original = getattr(row, "original_nodes_ms", float("nan"))
         if not pd.isna(original):
             error = getattr(row, "original_nodes_error_pct", float("nan"))

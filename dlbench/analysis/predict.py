@@ -81,18 +81,6 @@ def steady_steps_s(batches: pd.DataFrame, warmup: int) -> pd.Series:
     return batches[(batches["profiled"] == 0) & (batches["step"] >= warmup)]["wall_s"]
 
 
-def bracketed_step_ms(before: pd.DataFrame, after: pd.DataFrame, warmup: int) -> tuple[float, dict[str, float]]:
-    """The measured step time of a training run before the benchmarks and one after them: the median of both
-    runs' steady steps pooled, and each run's own median (their difference: how far the machine moved)."""
-    first, second = steady_steps_s(before, warmup), steady_steps_s(after, warmup)
-    first_ms, second_ms = float(first.median()) * 1e3, float(second.median()) * 1e3
-    return float(pd.concat([first, second]).median()) * 1e3, {
-        "step_time_measured_before_ms": first_ms,
-        "step_time_measured_after_ms": second_ms,
-        "training_drift_pct": (second_ms / first_ms - 1.0) * 100.0 if first_ms > 0 else math.nan,
-    }
-
-
 def measured_step_ms(batches: pd.DataFrame, warmup: int) -> tuple[float, float, int]:
     """(median unprofiled step after the warm-up, median profiled step) in ms from ``batches.csv``, and how
     many unprofiled steps after the warm-up there were.

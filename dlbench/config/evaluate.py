@@ -21,10 +21,14 @@ class ProfileConfig:
 class EvaluateConfig:
     """task=evaluate: how the measured step time is taken."""
 
-    #: train again after the benchmarks (unprofiled, no export) and take the measured step time over both
-    #: trainings' steady steps, so a machine that slows down or speeds up during the evaluation moves the
-    #: measurement as much as the benchmarks (the two trainings' medians are logged apart)
-    bracket: bool = True
+    #: the script is trained in this many rounds, alternating with the operator benchmarks' rounds (step,
+    #: benchmarks, step, benchmarks, ...), so a slow spell of the machine lands on both sides; the measured step
+    #: is the median of every round's steady steps, and the error's 95% interval is bootstrapped over the
+    #: paired rounds (:mod:`dlbench.analysis.step_interval`). 1: one training, one benchmark sweep, no interval
+    rounds: int = 3
+    #: replaced by ``rounds``: ``false`` is ``rounds=1``; ``true`` (train again after the benchmarks) needs
+    #: ``rounds`` >= 2. None: not set
+    bracket: bool | None = None
     #: the operator benchmarks' cache state (``measure.caches`` for this task): ``step`` by default, each
     #: operation's benchmark rotating over copies filling its own reuse distance in the step (the bytes the
     #: step touches between uses of its inputs, :mod:`dlbench.onnx.footprint`), capped at twice the last-level
@@ -41,6 +45,15 @@ class EvaluateConfig:
 
     def __post_init__(self) -> None:
         check_cache_state("evaluate.caches", self.caches)
+        if self.rounds < 1:
+            raise ValueError(f"evaluate.rounds must be >= 1 (1: train once, no interval), got {self.rounds}")
+        if self.bracket is False:  # the old key's meaning: train once
+            self.rounds = 1
+        elif self.bracket and self.rounds < 2:
+            raise ValueError(
+                "evaluate.bracket=true (train again after the benchmarks) is replaced by evaluate.rounds, and "
+                f"evaluate.rounds={self.rounds} trains once: drop evaluate.bracket and give evaluate.rounds=2 or more"
+            )
         if self.mode not in ("training", "inference"):
             raise ValueError(f"evaluate.mode={self.mode!r}: use training or inference")
         if self.compile and self.mode != "inference":  # only a served network is compiled

@@ -5,6 +5,7 @@ and after them (:mod:`dlbench.operators.reference`), with their protocol files l
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from dlbench.config import DlbenchConfig
@@ -16,6 +17,13 @@ from dlbench.operators.plan import plan_benchmarks
 from dlbench.operators.reference import WARMUP_ROUNDS, probe_settings, reference_benchmarks, reference_medians
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
+from dlbench.operators.step_rounds import (
+    combine_step_rounds,
+    round_medians,
+    round_samples,
+    step_round_settings,
+    step_round_stem,
+)
 
 #: The optimizer's op_types (:mod:`dlbench.onnx.update`); training runs PyTorch's whatever the backend measures
 UPDATE_OP_TYPES = ("SGD", "Adam", "AdamW", "RMSprop", "ZeroGrad", "ClipGradNorm")
@@ -24,36 +32,65 @@ log = logging.getLogger(__name__)
 
 
 def measure_step(
-    cfg: DlbenchConfig, ctx: AppContext, operations, device: str, run, machine: Any
-) -> tuple[dict, dict, object]:
-    """Every operation some available benchmark of ``cfg.backend`` serves, measured; protocol files logged;
-    ``machine`` (:class:`dlbench.analysis.results.MachineRecord`) is told each benchmark's result."""
+    cfg: DlbenchConfig,
+    ctx: AppContext,
+    operations,
+    device: str,
+    run,
+    machine: Any,
+    rounds: int = 1,
+    before_round: Callable[[int], None] | None = None,
+) -> tuple[dict, dict, object, list[dict[int, float]]]:
+    """Every operation some available benchmark of ``cfg.backend`` serves, measured in ``rounds`` rounds
+    (:mod:`dlbench.operators.step_rounds`), ``before_round(index)`` called before each round after the first
+    (the evaluation trains its script there); protocol files logged; ``machine``
+    (:class:`dlbench.analysis.results.MachineRecord`) is told each benchmark's result. Returns the combined
+    measurements, the benchmark of each operation, the plan, and each round's median ms per operation."""
     registry = load_registry(ctx.config_dirs)
     plan = plan_benchmarks(registry, operations, cfg.backend, device)
     settings = run_settings(cfg, device)
-    measurements: dict[int, Measurement] = {}
-    implementations: dict[int, str] = {}
-    workdir = ctx.output_dir / "protocol"
     assignments = list(plan.assignments)
     served = {op.id for _, ops in assignments for op in ops}
     for op_type in UPDATE_OP_TYPES:  # training runs PyTorch's optimizer whatever backend measures the rest
         update = tuple(op for op in operations if op.op_type == op_type and op.id not in served)
         if update:
             assignments.append((optimizer_benchmark(registry, device, op_type), update))
+    implementations = {op.id: entry.name for entry, ops in assignments for op in ops}
+    per_round: list[dict[int, Measurement]] = []
+    samples: list[dict[int, list[float]]] = []
+    for index in range(rounds):
+        if index and before_round is not None:
+            before_round(index)
+        share = step_round_settings(settings, rounds, index)
+        measured, measured_samples = _measure_round(cfg, ctx, assignments, share, rounds, index, run, machine)
+        per_round.append(measured)
+        samples.append(measured_samples)
+    return combine_step_rounds(per_round, samples, settings), implementations, plan, round_medians(per_round)
+
+
+def _measure_round(
+    cfg: DlbenchConfig, ctx: AppContext, assignments: list, settings, rounds: int, index: int, run, machine: Any
+) -> tuple[dict[int, Measurement], dict[int, list[float]]]:
+    """Round ``index`` of the step's benchmarks: every assignment's sweep; its measurements and raw samples."""
+    workdir = ctx.output_dir / "protocol"
+    measurements: dict[int, Measurement] = {}
+    samples: dict[int, list[float]] = {}
     for entry, ops in assignments:
-        log.info("measuring %d operations with %s", len(ops), entry.name)
-        result, files = measure_with_progress(entry, ops, settings, workdir, f"{entry.name}_evaluate", cfg.quiet)
+        log.info("measuring %d operations with %s%s", len(ops), entry.name,
+                 f" (round {index + 1} of {rounds})" if rounds > 1 else "")  # fmt: skip
+        name = step_round_stem(entry.name, rounds, index)
+        result, files = measure_with_progress(entry, ops, settings, workdir, name, cfg.quiet)
         for op in ops:
             measurements[op.id] = result.measurements[op.id]
-            implementations[op.id] = entry.name
+        if rounds > 1:
+            samples.update(round_samples(files.samples_csv))
         run.log_files(files.existing(), "protocol")
-        cache_states = [*workdir.glob(f"{entry.name}_evaluate*_footprints.csv"),
-                        *workdir.glob(f"{entry.name}_evaluate*_rotation.csv")]  # fmt: skip
+        cache_states = [*workdir.glob(f"{name}*_footprints.csv"), *workdir.glob(f"{name}*_rotation.csv")]
         run.log_files(sorted(cache_states), "protocol")  # the cache state each row was timed in
         machine.add(entry.name, result, ops)
         if result.interrupted:
             raise KeyboardInterrupt(f"{entry.name} was interrupted")
-    return measurements, implementations, plan
+    return measurements, samples
 
 
 def measure_reference(

@@ -25,7 +25,6 @@ from dlbench.analysis.match import match_profile
 from dlbench.analysis.predict import (
     FRAMEWORK_MODES,
     FRAMEWORK_OPS,
-    bracketed_step_ms,
     framework_terms,
     measured_step_ms,
     prediction_frame,
@@ -34,6 +33,7 @@ from dlbench.analysis.predict import (
 )
 from dlbench.analysis.report import log_workload
 from dlbench.analysis.results import MachineRecord, interference_record
+from dlbench.analysis.step_interval import StepRounds, interval_metrics, pooled_step_ms, predicted_per_round
 from dlbench.analysis.step_run import not_costed_time, ran_params, read_step_profile, step_run
 from dlbench.analysis.timeline import gpu_step, host_framework_ms, traced_lanes
 from dlbench.config import DlbenchConfig
@@ -67,6 +67,7 @@ from dlbench.training.facts import effective_params, script_params
 from dlbench.training.profile import BATCHES_FILE
 from dlbench.training.scripts import (
     MIN_STEADY_STEPS,
+    TrainingRounds,
     TrainingRun,
     check_ran_in_dtype,
     check_steady_steps,
@@ -137,7 +138,7 @@ def evaluation_params(cfg: DlbenchConfig, entry, device: str, table, unfold_tabl
         "command": shlex.join(entry.command),
         **{f"profile.{k}": v for k, v in asdict(cfg.profile).items()},
         **{f"evaluate.outliers.{k}": v for k, v in asdict(cfg.evaluate.outliers).items()},
-        "evaluate.bracket": cfg.evaluate.bracket,
+        "evaluate.rounds": cfg.evaluate.rounds,
         "evaluate.caches": cfg.evaluate.caches,
         **{f"measure.{k}": v for k, v in asdict(cfg.measure).items()},
         **{f"match.training.{k}": v for k, v in table.training.items()},
@@ -269,8 +270,12 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     with open_run(cfg, ctx, kind="evaluation", benchmark=bench.name, name=name, params=params) as run:
         reference_before = measure_reference(cfg, ctx, registry, device, "before")
         t = train_step(cfg, setup, run, params)
-        machine = MachineRecord(run)
-        measurements, implementations, plan = measure_step(t.bench_cfg, ctx, t.step.operations, device, run, machine)
+        machine = MachineRecord(run)  # round 1's training is the profiled one
+        trainings = TrainingRounds(cfg, setup.entry, setup.arguments, setup.workdir, run,
+                                   t.trained.profile_dir / BATCHES_FILE)  # fmt: skip
+        measurements, implementations, plan, medians = measure_step(
+            t.bench_cfg, ctx, t.step.operations, device, run, machine, cfg.evaluate.rounds, trainings
+        )
         weights = {
             op.id: measurements[op.id].stats.median_ms * op.count
             for op in t.step.operations
@@ -283,21 +288,21 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         frame["machine_busy"] = frame["id"].map(machine.busy)
         if device == "cuda":  # the framework's cost is the host's: its issuing time, not the events' span
             framework_ms = host_framework_ms(read_launch_ms(ctx.output_dir / "protocol", FRAMEWORK_OUT), framework_ms)
-        measured_ms, bracket = t.measured_ms, {}
-        if cfg.evaluate.bracket:
-            log.info("training %s again after the benchmarks (evaluate.bracket)", setup.entry.name)
-            again = run_training(cfg, setup.entry, setup.arguments, setup.workdir / "bracket")
-            run.log_artifact(again.profile_dir / BATCHES_FILE, "profile/bracket")
-            after = pd.read_csv(again.profile_dir / BATCHES_FILE)
-            measured_ms, bracket = bracketed_step_ms(t.batches, after, cfg.profile.warmup)
+        measured_ms, measured_rounds, steady_counts = pooled_step_ms(
+            [pd.read_csv(path) for path in trainings.batches], cfg.profile.warmup
+        )
         drift = Drift(reference_before, measure_reference(cfg, ctx, registry, device, "after"))
         terms = prediction_terms(frame, framework_terms(t.facts.autograd_nodes, len(t.extraction.layout_nodes),
                                                         framework_ms))  # fmt: skip
         terms, metrics, dp_notes = predict_step(cfg, ctx, setup, t, run, (frame, terms, matched), measured_ms,
                                                 framework_ms.get("dispatch", 0.0))  # fmt: skip
+        predicted_rounds = predicted_per_round(frame, medians, float(terms["ms"].sum()),
+                                               metrics["step_time_predicted_ms"])  # fmt: skip
+        rounds = StepRounds(tuple(measured_rounds), tuple(steady_counts), tuple(predicted_rounds))
+        metrics.update(interval_metrics(rounds))
         metrics.update(model_coverage(t.extraction, plan.served_types).metrics())
         metrics.update({"load_average_start": setup.load_start, "load_average_end": os.getloadavg()[0]})
-        metrics.update({**drift.metrics(), **bracket, **interference_record(machine.reports)[0]})
+        metrics.update({**drift.metrics(), **interference_record(machine.reports)[0]})
         metrics.update(t.threads.metrics())
         metrics.update({"step_working_set_bytes": t.placed.working_set_bytes} if t.placed else {})
         notes = list(t.notes) + [f"benchmark {n} not available here: {r}" for n, r in plan.unavailable.items()]
@@ -313,7 +318,8 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         )
         metrics.update(found_metrics)
         run.log_table(causes, "outlier_causes.csv")
-        evaluation = Evaluation(frame, terms, matched, metrics, t.profiled_ms, tuple(notes), found, tuple(findings))
+        evaluation = Evaluation(frame, terms, matched, metrics, t.profiled_ms, tuple(notes), found, tuple(findings),
+                                rounds.frame())  # fmt: skip
         log_evaluation(run, evaluation, cfg.backend, f"{bench.name} bs{t.batch_size} {cfg.backend} {device}")
         log_training_files(run, t.trained, setup.workdir)
         print_evaluation(run.run_name, run.run_id, evaluation)

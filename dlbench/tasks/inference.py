@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
@@ -18,12 +19,15 @@ import pandas as pd
 from dlbench.analysis.inference import (
     ENGINE_BACKENDS,
     engine_problems,
+    engine_round_metrics,
+    engine_rounds,
     inference_metrics,
     inference_table,
     overhead_terms,
     print_inference,
     session_prediction,
     summary_frame,
+    with_round_intervals,
     with_session_prediction,
 )
 from dlbench.config import DlbenchConfig
@@ -43,6 +47,13 @@ from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import plan_benchmarks
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import RunSettings, run_settings
+from dlbench.operators.step_rounds import (
+    combine_step_rounds,
+    end_to_end_samples,
+    round_medians,
+    round_samples,
+    step_round_settings,
+)
 from dlbench.tracking.run import TrackedRun
 from dlbench.tracking.runs import job_run_name, open_run
 from dlbench.training import serve
@@ -92,14 +103,15 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         "torch_served": served.engine if served else "onnx2torch",
         **{f"measure.{k}": v for k, v in asdict(cfg.measure).items()},
         "evaluate.caches": cfg.evaluate.caches,  # the torch kernels' (onnxruntime's time hot caches only)
+        "evaluate.rounds": cfg.evaluate.rounds,
     }  # fmt: skip
     name = job_run_name(cfg, extraction.model_name, ["inference"], device)
     load_start = os.getloadavg()[0]
     with open_run(cfg, ctx, kind="inference", benchmark=extraction.model_name, name=name, params=params) as run:
-        measured, implementations, benchmark_errors = _measure_engines(cfg, ctx, operations, settings, device, run)
         engines = ["onnxruntime"] if served else list(ENGINE_BACKENDS)
-        log.info("timing %s end to end on %s", extraction.model_name, ", ".join(engines))
-        end_to_end = measure_end_to_end(fixed_path, engines, settings, workdir)
+        rounds = _measure_rounds(cfg, ctx, operations, settings, device, run, fixed_path, engines, workdir)
+        measured, implementations, benchmark_errors = rounds.measured, rounds.implementations, rounds.errors
+        end_to_end = rounds.end_to_end
         if served:  # the real module, timed by the script
             end_to_end = replace(end_to_end, stats={**end_to_end.stats, "torch": served.torch})
         for file in end_to_end.files:
@@ -112,6 +124,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         metrics = inference_metrics(table, end_to_end.stats, overheads)
         if "onnxruntime" not in end_to_end.errors:
             metrics, summary = _as_the_session_runs(run, fixed_path, settings, workdir, end_to_end, metrics, summary)
+        metrics, summary = _with_rounds(run, table, rounds, metrics, summary, overheads)
         run.log_table(table, "inference_operations.csv")
         run.log_table(summary, "inference_summary.csv")
         _log_problems(run, problems)
@@ -130,6 +143,75 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         reasons = "; ".join(f"{engine}: {why}" for engine, why in problems.items())
         raise TaskFailed(f"no engine was both predicted and measured: {reasons}")
     return 0
+
+
+@dataclass(frozen=True)
+class Rounds:
+    """An inference evaluation's rounds (``evaluate.rounds``: end to end, benchmarks, end to end, ...): the
+    combined measurements per engine, the end-to-end measurement pooled over the rounds, and each round's
+    benchmark medians and end-to-end median per engine."""
+
+    measured: dict[str, dict[int, Measurement]]
+    implementations: dict[str, dict[int, str]]
+    errors: dict[str, str]
+    end_to_end: EndToEnd
+    medians: dict[str, list[dict[int, float]]]
+    measured_ms: dict[str, list[float]]
+
+
+def _measure_rounds(
+    cfg: DlbenchConfig, ctx: AppContext, operations: list[Operation], settings: RunSettings, device: str,
+    run: TrackedRun, model: Path, engines: list[str], workdir: Path,
+) -> Rounds:  # fmt: skip
+    """The model timed end to end, then every engine's operator benchmarks, in ``evaluate.rounds`` rounds, each
+    with its share of the repetitions (:mod:`dlbench.operators.step_rounds`), so a slow spell lands on both."""
+    count = cfg.evaluate.rounds
+    per_round, samples, whole = [], [], []
+    for index in range(count):
+        share = step_round_settings(settings, count, index)
+        log.info("timing %s end to end on %s (round %d of %d)", model.stem, ", ".join(engines), index + 1, count)
+        whole.append(measure_end_to_end(model, engines, share, workdir if count == 1 else workdir / f"r{index + 1}"))
+        measured, implementations, errors, found = _measure_engines(cfg, ctx, operations, share, device, run,
+                                                                    (count, index))  # fmt: skip
+        per_round.append(measured)
+        samples.append(found)
+    combined = {e: combine_step_rounds([r[e] for r in per_round], [s[e] for s in samples], settings)
+                for e in ENGINE_BACKENDS}  # fmt: skip
+    failed = {e: why for e, why in errors.items() if not any(m.ok for m in combined[e].values())}
+    medians = {e: round_medians([r[e] for r in per_round]) for e in ENGINE_BACKENDS}
+    measured_ms = {e: [w.stats[e].median_ms if e in w.stats else float("nan") for w in whole] for e in engines}
+    return Rounds(combined, implementations, failed, _pooled(whole, settings), medians, measured_ms)
+
+
+def _pooled(whole: list[EndToEnd], settings: RunSettings) -> EndToEnd:
+    """The end-to-end measurements of the rounds as one: each engine's samples pooled, each probe (a session
+    run's fixed cost, ...) the median of the rounds'; the other facts the last round's."""
+    if len(whole) == 1:
+        return whole[0]
+    files = tuple(f for w in whole for f in w.files)
+    stats = {e: TimeStats.from_samples(v, settings.target_rel_ci) for e, v in end_to_end_samples(files).items() if v}
+    errors = {e: why for w in whole for e, why in w.errors.items() if e not in stats}
+    probes = [w.facts.get("probes", {}) for w in whole]  # each round's, on its share of the repetitions
+    median = {k: statistics.median(p[k] for p in probes if k in p) for k in dict.fromkeys(k for p in probes for k in p)}
+    return EndToEnd(stats, errors, {**whole[-1].facts, "probes": median}, files)
+
+
+def _with_rounds(run: TrackedRun, table: pd.DataFrame, rounds: Rounds, metrics: dict[str, float],
+                 summary: pd.DataFrame, overheads: dict) -> tuple[dict[str, float], pd.DataFrame]:  # fmt: skip
+    """Each engine's error paired by round with its interval (``inference_rounds.csv``, the metrics
+    ``engine/<engine>/error_lo_pct`` / ``error_hi_pct``); an engine not measured in the rounds keeps its own."""
+    frames = []
+    for engine, measured_ms in rounds.measured_ms.items():
+        predicted = metrics.get(f"engine/{engine}/predicted_ms")
+        if predicted is None or f"{engine}_term_ms" not in table:
+            continue
+        frame = engine_rounds(table, engine, rounds.medians[engine], measured_ms, predicted,
+                              sum(overheads.get(engine, {}).values()))  # fmt: skip
+        metrics = {**metrics, **engine_round_metrics(engine, frame)}
+        frames.append(frame)
+    if frames:
+        run.log_table(pd.concat(frames, ignore_index=True), "inference_rounds.csv")
+    return metrics, with_round_intervals(summary, metrics)
 
 
 def _model_file(cfg: DlbenchConfig, ctx: AppContext) -> Path:
@@ -177,14 +259,17 @@ def _measure_engines(
     settings: RunSettings,
     device: str,
     run: TrackedRun,
-) -> tuple[dict[str, dict[int, Measurement]], dict[str, dict[int, str]], dict[str, str]]:
+    where: tuple[int, int] = (1, 0),
+) -> tuple[dict[str, dict[int, Measurement]], dict[str, dict[int, str]], dict[str, str], dict[str, dict]]:
     """Each engine's operator benchmarks, on their own: one engine's failure is its own (named), and each
     engine's operators are logged as soon as they are measured, so a later failure loses none of them."""
     registry = load_registry(ctx.config_dirs)
     measured: dict[str, dict[int, Measurement]] = {}
     implementations: dict[str, dict[int, str]] = {}
+    samples: dict[str, dict[int, list[float]]] = {}
     errors: dict[str, str] = {}
     for engine, backend in ENGINE_BACKENDS.items():
+        samples[engine] = {}
         try:
             measured[engine], implementations[engine] = _measure_engine(
                 engine,
@@ -196,13 +281,16 @@ def _measure_engines(
                 run,
                 ctx,
                 cfg.quiet,
+                where,
+                samples[engine],
             )
         except (TaskFailed, OSError) as err:
             log.error("the %s prediction's operator benchmarks failed: %s", engine, err)
             measured[engine], implementations[engine], errors[engine] = {}, {}, str(err)
         part = inference_table(operations, {engine: measured[engine]}, {engine: implementations[engine]})
-        run.log_metrics({f"engine/{engine}/operators_ms": float(part[f"{engine}_term_ms"].sum(skipna=True))})
-    return measured, implementations, errors
+        run.log_metrics({f"engine/{engine}/operators_ms": float(part[f"{engine}_term_ms"].sum(skipna=True))},
+                        step=where[1])  # fmt: skip
+    return measured, implementations, errors, samples
 
 
 def _measure_engine(
@@ -215,17 +303,21 @@ def _measure_engine(
     run: TrackedRun,
     ctx: AppContext,
     quiet: bool,
+    where: tuple[int, int],
+    samples: dict[int, list[float]],
 ) -> tuple[dict[int, Measurement], dict[int, str]]:
-    """The operator benchmarks of one engine's prediction: measurement and benchmark name per operation."""
+    """The operator benchmarks of one engine's prediction in round ``where`` (rounds, index): measurement and
+    benchmark name per operation; its raw samples added to ``samples`` when there are several rounds."""
     measured: dict[int, Measurement] = {}
     implementations: dict[int, str] = {}
     plan = plan_benchmarks(registry, operations, backend, device)
     for entry, ops in plan.assignments:
         log.info("measuring %d operations with %s for the %s prediction", len(ops), entry.name, engine)
-        result, files = measure_with_progress(
-            entry, ops, settings, ctx.output_dir / "protocol", f"{entry.name}_inference", quiet
-        )
+        stem = f"{entry.name}_inference" + (f"_r{where[1] + 1}" if where[0] > 1 else "")
+        result, files = measure_with_progress(entry, ops, settings, ctx.output_dir / "protocol", stem, quiet)
         run.log_files(files.existing(), "protocol")
+        if where[0] > 1:
+            samples.update(round_samples(files.samples_csv))
         if result.interrupted:
             raise KeyboardInterrupt(f"{entry.name} was interrupted")
         for op in ops:

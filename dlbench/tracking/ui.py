@@ -36,6 +36,9 @@ VIEW_COLUMNS = (
     ("metrics", "step_time_s_median"),
     ("metrics", "samples_per_s_median"),
     ("metrics", "prediction_error_pct"),
+    # the error's 95% interval over an evaluation's paired rounds (dlbench.analysis.step_interval)
+    ("metrics", "prediction_error_lo_pct"),
+    ("metrics", "prediction_error_hi_pct"),
     ("attributes", "Dataset"),
     ("attributes", "Source"),
 )

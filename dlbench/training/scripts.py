@@ -3,6 +3,7 @@ window and dtype checked, and an instrumented run of it (exporting its network t
 
 from __future__ import annotations
 
+import logging
 import os
 import shlex
 from dataclasses import dataclass
@@ -23,6 +24,8 @@ from dlbench.training.facts import read_facts
 from dlbench.training.instrument import ENV_BATCHES, ENV_DIR, ENV_WARMUP
 from dlbench.training.profile import BATCHES_FILE
 from dlbench.training.tensor_stats import ENV_STATS
+
+log = logging.getLogger(__name__)
 
 
 def training_entry(cfg: DlbenchConfig, registry: Registry) -> tuple[TrainingBenchmark, list[str]]:
@@ -99,6 +102,24 @@ def run_training(
     if export and not model_path.exists():
         raise TaskFailed(f"training {entry.name}: {export_problem(model_path)}")
     return TrainingRun(profile_dir, result, read_facts(profile_dir), model_path if export else None)
+
+
+class TrainingRounds:
+    """The trainings of an evaluation's rounds (``evaluate.rounds``): the profiled training's ``batches.csv``
+    first, then, called with round ``index`` before each later benchmark round, the script trained once more
+    (no export) and its ``batches.csv`` logged to ``run`` under ``profile/round<N>``."""
+
+    def __init__(self, cfg: DlbenchConfig, entry: TrainingBenchmark, arguments: list[str], workdir: Path, run: Any,
+                 first: Path) -> None:  # fmt: skip
+        self.cfg, self.entry, self.arguments, self.workdir, self.run = cfg, entry, arguments, workdir, run
+        self.batches = [first]
+
+    def __call__(self, index: int) -> None:
+        log.info("training %s again: round %d of %d (evaluate.rounds)", self.entry.name, index + 1,
+                 self.cfg.evaluate.rounds)  # fmt: skip
+        again = run_training(self.cfg, self.entry, self.arguments, self.workdir / f"round{index + 1}")
+        self.run.log_artifact(again.profile_dir / BATCHES_FILE, f"profile/round{index + 1}")
+        self.batches.append(again.profile_dir / BATCHES_FILE)
 
 
 def export_problem(model_path: Path) -> str:

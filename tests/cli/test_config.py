@@ -105,3 +105,21 @@ def test_overrides_may_come_after_hydra_s_flags(tmp_path: Path) -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "batch_size: 3" in result.stdout and "threads: 2" in result.stdout and "dtype: bfloat16" in result.stdout
+
+
+def test_evaluate_rounds_default_to_three_and_the_old_bracket_key_still_means_what_it_did() -> None:
+    assert OmegaConf.to_object(compose_config("+benchmark=resnet_cifar")).evaluate.rounds == 3
+    once = OmegaConf.to_object(compose_config("+benchmark=resnet_cifar", "evaluate.bracket=false"))
+    assert once.evaluate.rounds == 1, "bracket=false trained once: one round"
+    again = OmegaConf.to_object(compose_config("+benchmark=resnet_cifar", "evaluate.bracket=true"))
+    assert again.evaluate.rounds == 3, "bracket=true trained again after the benchmarks: the rounds do"
+
+
+def test_bracket_asking_for_a_second_training_that_one_round_lacks_is_refused_with_the_key_to_use(
+    tmp_path: Path,
+) -> None:
+    result = run_dlbench("+benchmark=resnet_cifar", "task=evaluate", "evaluate.bracket=true", "evaluate.rounds=1",
+                         cwd=tmp_path)  # fmt: skip
+    assert result.returncode == 2, result.stderr
+    assert "evaluate.rounds" in result.stderr and "drop evaluate.bracket" in result.stderr
+    assert "Traceback" not in result.stderr

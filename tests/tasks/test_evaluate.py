@@ -36,7 +36,7 @@ def table(store: Store, run_id: str, name: str) -> pd.DataFrame:
 def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_path: Path, store: Store):
     conf = small_mlp_config(tmp_path / "conf")
     result = run_dlbench(
-        "+benchmark=mlp_small", "task=evaluate", *SMALL_MLP, *FAST, "--config-dir", str(conf),
+        "+benchmark=mlp_small", "task=evaluate", *SMALL_MLP, *FAST, "evaluate.rounds=2", "--config-dir", str(conf),
         cwd=tmp_path, store=store, timeout=400,
     )  # fmt: skip
     assert result.returncode == 0, result.stderr[-3000:]
@@ -70,14 +70,28 @@ def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_
     assert (timed["rotated_bytes"] <= timed["cache_cap_bytes"] + row_bytes).all()
     assert m["step_working_set_bytes"] >= timed["footprint_bytes"].max()
     assert "cache state from the step: working set" in artifact_text(store, run.info.run_id, "notes.txt")
-    # evaluate.bracket (default): trained again after the benchmarks; the measured step spans both trainings
+    # evaluate.rounds=2: trained, benchmarked, trained again, benchmarked again; the measured step pools both
+    # trainings' steady steps, each round is logged, and the error's interval over the paired rounds holds it
+    assert run.data.params["evaluate.rounds"] == "2" and m["evaluation_rounds"] == 2
     steady = [
         steps[(steps["profiled"] == 0) & (steps["step"] >= 3)]["wall_s"] * 1e3
-        for steps in (table(store, run.info.run_id, f"profile/{d}batches.csv") for d in ("", "bracket/"))
+        for steps in (table(store, run.info.run_id, f"profile/{d}batches.csv") for d in ("", "round2/"))
     ]
-    assert m["step_time_measured_before_ms"] == pytest.approx(steady[0].median(), rel=5e-4)
-    assert m["step_time_measured_after_ms"] == pytest.approx(steady[1].median(), rel=5e-4)
     assert m["step_time_measured_ms"] == pytest.approx(pd.concat(steady).median(), rel=5e-4)
+    rounds = table(store, run.info.run_id, "rounds.csv")
+    assert list(rounds["round"]) == [1, 2]
+    assert list(rounds["measured_ms"]) == pytest.approx([s.median() for s in steady], rel=1e-9)
+    history = _history(store, run.info.run_id, "step_time_measured_round_ms")
+    assert [h.step for h in history] == [1, 2] and [h.value for h in history] == pytest.approx(
+        list(rounds["measured_ms"]), rel=5e-4
+    )
+    assert len(_history(store, run.info.run_id, "step_time_predicted_round_ms")) == 2
+    ratios = rounds["predicted_ms"] / rounds["measured_ms"]
+    assert m["prediction_error_pct"] == pytest.approx(100 * (math.prod(ratios) ** 0.5 - 1), abs=0.01)
+    assert m["prediction_error_lo_pct"] <= m["prediction_error_pct"] <= m["prediction_error_hi_pct"]
+    assert m["step_time_measured_lo_ms"] <= min(rounds["measured_ms"]) * 1.001
+    assert m["step_time_predicted_lo_ms"] < m["step_time_predicted_hi_ms"]
+    assert "95% interval" in result.stdout and "over 2 paired rounds" in result.stdout
 
     operations = table(store, run.info.run_id, "operations.csv")
     gemm = operations[operations["op_type"] == "Gemm"]
@@ -116,8 +130,8 @@ def test_operators_no_benchmark_serves_are_reported_as_uncovered_and_the_run_fin
     assert result.returncode == 0, result.stderr[-3000:]
     run = mlflow_runs(store)[0]
     assert run.info.status == "FINISHED"
-    assert "step_time_measured_after_ms" not in run.data.metrics, "evaluate.bracket=false trains once"
-    assert run.data.params["evaluate.bracket"] == "False"
+    assert run.data.params["evaluate.rounds"] == "1", "evaluate.bracket=false trains once: one round"
+    assert "prediction_error_lo_pct" not in run.data.metrics, "one round has no interval"
     assert run.data.params["measure.caches"] == "hot"
     uncovered = run.data.tags["dlbench.uncovered_op_types"].split(",")
     assert {"Gemm", "SoftmaxCrossEntropyLoss"} <= set(uncovered) and "Relu" not in uncovered and "SGD" not in uncovered
@@ -130,6 +144,12 @@ def test_evaluate_needs_a_training_benchmark(tmp_path: Path, store: Store):
     result = run_dlbench("+benchmark=relu", "task=evaluate", cwd=tmp_path, store=store)
     assert result.returncode != 0
     assert "task=evaluate needs a training benchmark" in result.stderr
+
+
+def _history(store: Store, run_id: str, metric: str) -> list:
+    from mlflow.tracking import MlflowClient
+
+    return sorted(MlflowClient(tracking_uri=store.uri).get_metric_history(run_id, metric), key=lambda h: h.step)
 
 
 def _list(store: Store, run_id: str) -> list:
