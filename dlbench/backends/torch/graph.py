@@ -152,7 +152,8 @@ def fold_constants(model: Any) -> Any:
 
 def torch_module(model: Any) -> tuple[Any, dict[str, int]]:
     """``model`` (every input dimension fixed) as an eval-mode ``torch.nn.Module`` taking the graph inputs
-    in order, and the nodes it runs per call by op type. Raises :class:`UnsupportedModel` naming the ops
+    in order, and the nodes it runs per call by op type (with the converters of
+    :mod:`dlbench.backends.torch.converters` besides onnx2torch's own). Raises :class:`UnsupportedModel` naming the ops
     the converter has no converter for."""
     folded = fold_constants(model)
     try:
@@ -161,6 +162,9 @@ def torch_module(model: Any) -> tuple[Any, dict[str, int]]:
             from onnx2torch.node_converters import get_converter
     except ImportError as err:
         raise UnsupportedModel("onnx2torch is not installed: pip install --no-deps 'onnx2torch>=1.5.15'") from err
+    from dlbench.backends.torch.converters import register
+
+    register()  # the converters onnx2torch lacks (newer opsets' versions, asymmetric AveragePool)
 
     opsets = {i.domain or "": int(i.version) for i in folded.opset_import}
     missing = set()
