@@ -38,6 +38,10 @@ DEFAULT_TABLE = CONF_DIR / "match" / "default.yaml"
 
 GEMM_TYPES = frozenset({"Gemm", "MatMul"})
 
+#: A matched row's key: a profiled call kind (``dlbench.training.profile.PROFILE_KEY``; matching reads only
+#: the shapes, so a call fits its operation in whatever dtype and layout it ran).
+MATCH_KEY = ("name", "input_shapes", "input_types", "memory_format")
+
 
 class MatchError(ValueError):
     """A matching table or profile that cannot be used; the message names the file and the entry."""
@@ -213,23 +217,26 @@ def profile_per_step(profile_dir: str | Path, time_column: str = "self_cpu_us") 
 
 
 def profile_from_batches(rows: pd.DataFrame, time_column: str = "self_cpu_us") -> pd.DataFrame:
-    """:func:`profile_per_step` on a frame of per-batch rows (columns batch, name, input_shapes, calls,
-    the time column)."""
+    """:func:`profile_per_step` on a frame of per-batch rows (columns batch, name, input_shapes, calls, the time
+    column; input_types and memory_format where recorded): one row per profiled call kind
+    (:data:`~dlbench.training.profile.PROFILE_KEY`), so a call that ran in two dtypes is two rows."""
+    from dlbench.training.profile import PROFILE_KEY, with_profile_key
+
+    rows = with_profile_key(rows)
     batches = sorted(rows["batch"].unique())
-    keyed = rows.groupby(["name", "input_shapes", "batch"], sort=False)[["calls", time_column]].sum()
+    keyed = rows.groupby([*PROFILE_KEY, "batch"], sort=False)[["calls", time_column]].sum()
     out = []
-    for (name, shapes), group in keyed.groupby(level=[0, 1], sort=False):
+    for key, group in keyed.groupby(level=list(range(len(PROFILE_KEY))), sort=False):
         times = group[time_column].tolist() + [0.0] * (len(batches) - len(group))
         calls = group["calls"].tolist() + [0] * (len(batches) - len(group))
         out.append(
             {
-                "name": name,
-                "input_shapes": shapes,
+                **dict(zip(PROFILE_KEY, key, strict=True)),
                 "calls": float(pd.Series(calls).median()),
                 "time_us": float(pd.Series(times).median()),
             }
         )
-    return pd.DataFrame(out, columns=["name", "input_shapes", "calls", "time_us"])
+    return pd.DataFrame(out, columns=[*PROFILE_KEY, "calls", "time_us"])
 
 
 # ------------------------------------------------------------------------------------------- matching
@@ -294,7 +301,8 @@ def match_profile(
     records = []
     for row in profile.itertuples(index=False):
         name, time_us = str(row.name), float(row.time_us)
-        record = {"name": name, "input_shapes": row.input_shapes, "calls": row.calls, "time_us": time_us}
+        ran_as = {"input_types": getattr(row, "input_types", "[]"), "memory_format": getattr(row, "memory_format", "")}
+        record = {"name": name, "input_shapes": row.input_shapes, **ran_as, "calls": row.calls, "time_us": time_us}
         rule = table.rules.get(name)
         if rule is None:
             framework = table.is_framework(name)
@@ -313,9 +321,7 @@ def match_profile(
         operations_text = ";".join(str(op.id) for op in candidates)
         records.append({**record, "status": "matched", "category": category, "operations": operations_text,
                         "reason": ""})  # fmt: skip
-    rows = pd.DataFrame(
-        records, columns=["name", "input_shapes", "calls", "time_us", "status", "category", "operations", "reason"]
-    )
+    rows = pd.DataFrame(records, columns=[*MATCH_KEY, "calls", "time_us", "status", "category", "operations", "reason"])
     return MatchResult(rows=rows, assigned_us=assigned, assignments=tuple(assignments))
 
 

@@ -15,8 +15,8 @@ integer comparison and two ``perf_counter`` calls, and no profiler object is cre
 
 Files written to the profile directory:
 
-- ``batch_<idx>_ops.csv``: one row per operator and input shapes in a profiled batch (calls, self and
-  total CPU time, self and total device time, in microseconds);
+- ``batch_<idx>_ops.csv``: one row per operator, input shapes, input dtypes and memory format in a profiled
+  batch (calls, self and total CPU time, self and total device time, in microseconds);
 - ``batch_<idx>_trace.json``: the Chrome/Perfetto trace of that batch;
 - ``summary_ops.csv``: per operator and input shapes, mean, median, std, min and max over the profiled
   batches (written after the last profiled batch, or by :func:`finish` / at exit for a partial set);
