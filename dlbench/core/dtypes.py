@@ -8,6 +8,9 @@ from __future__ import annotations
 DTYPES = ("float32", "float16", "bfloat16")
 #: a dtype in run names
 SHORT_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
+#: the memory formats an operation runs in (the operations' ``memory_format`` column, ``channels_last=true``):
+#: ``channels_last`` is NHWC strides of a 4-D tensor (``torch.channels_last``); tensors of other ranks stay dense
+MEMORY_FORMATS = ("contiguous", "channels_last")
 
 #: ONNX element types by name (numpy's spelling) and TensorProto number
 ELEMENT_TYPES: dict[str, int] = {
