@@ -11,6 +11,7 @@ from dlbench.config.measure import MeasureConfig
 from dlbench.config.roofline import RooflineConfig
 from dlbench.config.tracking import GcConfig, MlflowConfig
 from dlbench.config.workload import BenchmarkConfig
+from dlbench.core.autocast import AMP_MODES
 from dlbench.core.dtypes import DTYPES
 from dlbench.core.resolvers import register_resolvers
 from dlbench.core.settings import FP32_MATHS, default
@@ -34,6 +35,10 @@ class DlbenchConfig:
     task: str = "run"
     batch_size: int = 8
     dtype: str = "float32"
+    #: mixed precision: none, bf16 or fp16 (``torch.autocast`` around forward and loss; fp16 with a GradScaler)
+    amp: str = "none"
+    #: the model and its inputs in channels_last (training benchmarks; operator sweeps' layout)
+    channels_last: bool = False
     #: float32 math on NVIDIA GPUs: ieee, tf32, or framework (PyTorch's default: cuDNN convolutions may use
     #: TF32, matmuls not); applied to the torch backend, the native CUDA kernels and the roofline's ceiling
     fp32_math: str = str(default("fp32_math"))
@@ -87,6 +92,10 @@ class DlbenchConfig:
             raise ValueError(f"device={self.device!r}: use one of {', '.join(DEVICES)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r}: use one of {', '.join(DTYPES)}")
+        if self.amp not in AMP_MODES:
+            raise ValueError(f"amp={self.amp!r}: use one of {', '.join(AMP_MODES)}")
+        if not isinstance(self.channels_last, bool):
+            raise ValueError(f"channels_last={self.channels_last!r}: use true or false")
         if self.fp32_math not in FP32_MATHS:
             raise ValueError(
                 f"fp32_math={self.fp32_math!r}: use ieee, tf32 or framework (PyTorch's default: cuDNN "
