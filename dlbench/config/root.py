@@ -35,13 +35,14 @@ class DlbenchConfig:
     task: str = "run"
     batch_size: int = 8
     dtype: str = "float32"
-    #: mixed precision: none, bf16 or fp16 (``torch.autocast`` around forward and loss; fp16 with a GradScaler)
-    amp: str = "none"
-    #: the model and its inputs in channels_last (training benchmarks; operator sweeps' layout)
-    channels_last: bool = False
     #: float32 math on NVIDIA GPUs: ieee, tf32, or framework (PyTorch's default: cuDNN convolutions may use
     #: TF32, matmuls not); applied to the torch backend, the native CUDA kernels and the roofline's ceiling
     fp32_math: str = str(default("fp32_math"))
+    #: mixed precision: none, bf16 or fp16. autocast's lower-precision ops (conv, gemm, matmul, ...) run in that
+    #: dtype, the rest in ``dtype`` (which stays float32); core/autocast.py has the lists
+    amp: str = "none"
+    #: 4-D tensors of convolutions, batch norm, pooling and the elementwise ops between them in NHWC strides
+    channels_last: bool = False
     threads: int = 0
     device: str = "cpu"
     backend: str = "torch"
@@ -94,8 +95,12 @@ class DlbenchConfig:
             raise ValueError(f"dtype={self.dtype!r}: use one of {', '.join(DTYPES)}")
         if self.amp not in AMP_MODES:
             raise ValueError(f"amp={self.amp!r}: use one of {', '.join(AMP_MODES)}")
-        if not isinstance(self.channels_last, bool):
-            raise ValueError(f"channels_last={self.channels_last!r}: use true or false")
+        if self.amp != "none" and self.dtype != "float32":
+            raise ValueError(
+                f"amp={self.amp} with dtype={self.dtype}: amp lowers autocast's ops of a float32 sweep or step and "
+                f"keeps the rest in float32; use amp={self.amp} with dtype=float32 (the default), or "
+                f"dtype={self.dtype} with amp=none to run everything in it"
+            )
         if self.fp32_math not in FP32_MATHS:
             raise ValueError(
                 f"fp32_math={self.fp32_math!r}: use ieee, tf32 or framework (PyTorch's default: cuDNN "
