@@ -4,7 +4,8 @@ to it (the most time wins where they differ), so autocast's lower-precision ops 
 float16, its float32 ops (the losses; on CUDA softmax and layer norm too) in float32, and the backward in
 the dtypes autograd ran. An operation no call matched takes autocast's rule for its op type
 (:mod:`dlbench.core.autocast`) when the script ran under autocast, else the sweep's dtype. Nothing is fitted:
-the dtypes are read, the times are the benchmarks'.
+the dtypes are read, the times are the benchmarks'. The casts autocast inserted and GradScaler's work join the
+step as operations of their own (:mod:`dlbench.analysis.casts`).
 
 An operation in the sweep's own dtype and a contiguous layout keeps both columns empty (the sweep's default),
 so a float32 step's operations are the same problems as before."""
@@ -18,6 +19,7 @@ from typing import Any
 
 import pandas as pd
 
+from dlbench.analysis.casts import amp_notes, amp_operations
 from dlbench.analysis.match import MatchTable, match_profile
 from dlbench.core.autocast import autocast_dtype
 from dlbench.core.costs import operation_cost
@@ -79,12 +81,17 @@ def operations_as_ran(
     for op in operations:
         dtype, layout, time_us = seen.get(op.id, ("", "", 0.0))
         source = "profile" if dtype or layout else ""
+        if op.dtype:  # made from the profile with its dtype (a cast: the dtype it converts from)
+            dtype, source = op.dtype, "profile"
         if not dtype and amp != "none":
             dtype = autocast_dtype(op.op_type, amp, device) or ""
             source = "autocast" if dtype else source
         dtype = dtype or sweep_dtype
         rows.append((op.id, op.op_type, passes.get(op.id, "forward"), dtype, layout or "contiguous",
                      source or "sweep", round(time_us, 3)))  # fmt: skip
+        if op.dtype:
+            out.append(op)
+            continue
         out.append(_as_ran(op, "" if dtype == sweep_dtype else dtype, "" if layout == "contiguous" else layout,
                            sweep_dtype))  # fmt: skip
     frame = pd.DataFrame(rows, columns=list(RAN_AS_COLUMNS))
@@ -100,9 +107,14 @@ def step_as_ran(
     from dlbench.training.facts import effective_params
 
     amp = str(effective_params(dict(facts)).get("amp", "none"))
-    ran = operations_as_ran(step.operations, step.passes, profile, table, amp=amp, sweep_dtype=sweep_dtype,
-                            device=device)  # fmt: skip
-    return replace(step, operations=ran.operations, notes=(*step.notes, *ran.notes)), ran.table
+    first_id = max((op.id for op in step.operations), default=-1) + 1
+    optimizers = facts.get("optimizers") if isinstance(facts.get("optimizers"), list) else None
+    added = amp_operations(profile, optimizers, first_id)  # the casts and GradScaler's work, as they ran
+    operations = (*step.operations, *(op for op, _ in added))
+    passes = {**step.passes, **{op.id: pass_name for op, pass_name in added}}
+    ran = operations_as_ran(operations, passes, profile, table, amp=amp, sweep_dtype=sweep_dtype, device=device)
+    notes = (*step.notes, *ran.notes, *amp_notes(added))
+    return replace(step, operations=ran.operations, passes=passes, notes=notes), ran.table
 
 
 def ran_in(
