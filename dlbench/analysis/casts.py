@@ -19,14 +19,16 @@ from typing import Any
 
 import pandas as pd
 
+from dlbench.analysis.predict import MIXED_PRECISION_PASSES
 from dlbench.core.costs import operation_cost
 from dlbench.core.descriptors import DESCRIPTORS
 from dlbench.core.dtypes import DTYPE_BYTES, ELEMENT_TYPES, FLOAT_TYPES
 from dlbench.core.shapes import rank4
 from dlbench.core.values import Operation, operation_name
 
-#: the passes of the operations made here (``TrainingStep.passes``; the match table's rules name them)
-CAST_PASS, SCALER_PASS = "autocast", "grad_scaler"
+#: the passes of the operations made here (``TrainingStep.passes``; the match table's rules name them; the
+#: prediction's ``mixed_precision`` term sums them)
+CAST_PASS, SCALER_PASS = MIXED_PRECISION_PASSES
 #: the profiled operator of every cast, and of GradScaler's two steps
 CAST_OPERATOR = "aten::copy_"
 UNSCALE_OPERATOR = "aten::_amp_foreach_non_finite_check_and_unscale_"
