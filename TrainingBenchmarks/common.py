@@ -50,6 +50,18 @@ def float_dtype(name: str) -> str:
     return name
 
 
+#: ``--amp``: the dtype ``torch.autocast`` lowers its ops to (dlbench's ``amp=`` key, ``core/autocast.py``)
+AMP_DTYPES = {"none": None, "bf16": "bfloat16", "fp16": "float16"}
+
+
+def true_or_false(text: str) -> bool:
+    """``--channels-last true|false`` (dlbench passes its ``channels_last`` key), or the bare flag."""
+    lowered = text.strip().lower()
+    if lowered not in ("true", "false", "1", "0", "yes", "no"):
+        raise argparse.ArgumentTypeError(f"{text!r}: use true or false")
+    return lowered in ("true", "1", "yes")
+
+
 def base_parser(description: str, *, batch_size: int, lr: float, steps: int = 30) -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(description=description)
     parser.add_argument("--batch-size", type=int, default=batch_size, help="samples per step")
@@ -58,6 +70,20 @@ def base_parser(description: str, *, batch_size: int, lr: float, steps: int = 30
     parser.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
     parser.add_argument("--device", default="cpu", help="cpu, cuda or auto")
     parser.add_argument("--dtype", default="float32", type=float_dtype, help="dtype of the weights and activations")
+    parser.add_argument(
+        "--amp",
+        default="none",
+        choices=tuple(AMP_DTYPES),
+        help="mixed precision: torch.autocast around forward and loss (fp16 with a GradScaler)",
+    )
+    parser.add_argument(
+        "--channels-last",
+        type=true_or_false,
+        nargs="?",
+        const=True,
+        default=False,
+        help="the model and its image inputs in channels_last",
+    )
     parser.add_argument("--seed", type=int, default=0, help="seed of the synthetic data and the weights")
     parser.add_argument("--momentum", type=float, default=0.9, help="SGD momentum")
     parser.add_argument("--data-batches", type=int, default=4, help="distinct synthetic batches, cycled")
@@ -73,6 +99,8 @@ def setup(args: argparse.Namespace) -> torch.device:
             sys.exit(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     if args.threads < 0:
         sys.exit(f"--threads must be >= 0, got {args.threads}")
+    if args.amp != "none" and args.dtype != "float32":
+        sys.exit(f"--amp {args.amp} lowers a float32 model's ops; with --dtype {args.dtype} use --amp none")
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -111,6 +139,12 @@ def export_onnx(
     return out
 
 
+def _placed(x: torch.Tensor, dtype: torch.dtype, layout: torch.memory_format) -> torch.Tensor:
+    """A batch's input in the step's dtype (floating inputs only) and, for an image batch, memory format."""
+    x = x.to(dtype) if x.is_floating_point() else x
+    return x.contiguous(memory_format=layout) if x.dim() == 4 else x
+
+
 def train(
     model: torch.nn.Module,
     batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
@@ -124,9 +158,15 @@ def train(
     DistributedDataParallel does); returns the losses."""
     report_parameters(**{k: v for k, v in vars(args).items() if k not in ("quiet", "export_onnx")})
     dtype = getattr(torch, args.dtype)
+    layout = torch.channels_last if args.channels_last else torch.contiguous_format
     model.to(dtype)  # the whole step in this dtype: weights, activations, gradients, optimizer state
-    batches = [(x.to(dtype) if x.is_floating_point() else x, y) for x, y in batches]
+    model.to(memory_format=layout)  # a no-op for weights of rank below 4
+    batches = [(_placed(x, dtype, layout), y) for x, y in batches]
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum)
+    device_type = batches[0][0].device.type
+    lower = AMP_DTYPES[args.amp]
+    # float16's small range needs the loss scaled (and the gradients unscaled, inf/NaN steps skipped)
+    scaler = torch.amp.GradScaler(device_type) if args.amp == "fp16" else None
     model.train()
     losses = []
     start = time.perf_counter()
@@ -135,9 +175,15 @@ def train(
         with op_performance_analysis(batch_idx, inputs, network or model) as batch:
             step_start = time.perf_counter()
             optimizer.zero_grad(set_to_none=True)
-            loss = loss_fn(model(inputs), targets)
-            loss.backward()
-            optimizer.step()
+            with torch.autocast(device_type, dtype=getattr(torch, lower or "float32"), enabled=lower is not None):
+                loss = loss_fn(model(inputs), targets)
+            if scaler is None:
+                loss.backward()
+                optimizer.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
             loss_value = loss.item()  # synchronizes, so the step time includes the device work
             batch.log(loss=loss_value, samples=len(inputs))
         losses.append(loss_value)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import fnmatch
 import json
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -30,95 +30,22 @@ from typing import Any
 import pandas as pd
 
 from dlbench import CONF_DIR
-from dlbench.core.shapes import Shape, rank4, rank4_spatial
+from dlbench.analysis.call_fields import (  # noqa: F401 - MatchError, _nchw_fields: their old import place
+    SHAPE_READERS,
+    TYPED_READERS,
+    MatchError,
+    _nchw_fields,
+    operation_fields,
+)
 from dlbench.core.tables import load_mapping
 from dlbench.core.values import Operation
 
 DEFAULT_TABLE = CONF_DIR / "match" / "default.yaml"
 
-GEMM_TYPES = frozenset({"Gemm", "MatMul"})
 
-
-class MatchError(ValueError):
-    """A matching table or profile that cannot be used; the message names the file and the entry."""
-
-
-# ------------------------------------------------------------------------------------ shape handling
-
-
-def _nchw_fields(op_type: str, shape: Sequence[int], suffix: str = "") -> dict[str, int]:
-    return {f"{d}{suffix}": v for d, v in zip("NCHW", rank4(op_type, shape), strict=True)}
-
-
-def gemm_signature(m: int, k: int, n: int, batch: int = 1) -> dict[str, Any]:
-    """A GEMM up to transposition: C = A B and C^T = B^T A^T are the same problem."""
-    return {"batch": int(batch), "K": int(k), "MN": (min(int(m), int(n)), max(int(m), int(n)))}
-
-
-def operation_fields(op: Operation) -> dict[str, Any]:
-    """The descriptors profile fields are compared with (GEMMs by their transposition-free signature)."""
-    p = op.param_dict
-    if op.op_type in GEMM_TYPES and all(d in p for d in ("M", "K", "N")):
-        return gemm_signature(p["M"], p["K"], p["N"], p.get("batch", 1))
-    return dict(p)
-
-
-def _tensor(shapes: Sequence[Any], index: int, rank: int | tuple[int, ...] | None = None) -> Shape:
-    if index >= len(shapes) or not isinstance(shapes[index], list) or not shapes[index]:
-        raise MatchError(f"input {index} is not a tensor")
-    shape = tuple(int(d) for d in shapes[index])
-    ranks = (rank,) if isinstance(rank, int) else rank
-    if ranks is not None and len(shape) not in ranks:
-        raise MatchError(f"input {index} has rank {len(shape)}, expected {' or '.join(map(str, ranks))}")
-    return shape
-
-
-def _conv(x: Shape, w: Shape) -> dict[str, Any]:
-    n, c, h, wd = rank4_spatial(x)
-    kernel = (1, w[2]) if len(w) == 3 else (w[2], w[3])
-    return {"N": n, "C": c, "H": h, "W": wd, "K": w[0], "kernel_shape_0": kernel[0], "kernel_shape_1": kernel[1]}
-
-
-def _matmul(a: Shape, b: Shape) -> dict[str, Any]:
-    a2 = (1, *a) if len(a) == 1 else a
-    b2 = (*b, 1) if len(b) == 1 else b
-    m, k, n = a2[-2], a2[-1], b2[-1]
-    lead_a, lead_b = a2[:-2], b2[:-2]
-    if not lead_b:
-        return gemm_signature(m * math.prod(lead_a), k, n, 1)
-    width = max(len(lead_a), len(lead_b))
-    pa = (1,) * (width - len(lead_a)) + tuple(lead_a)
-    pb = (1,) * (width - len(lead_b)) + tuple(lead_b)
-    return gemm_signature(m, k, n, math.prod(max(x, y) for x, y in zip(pa, pb, strict=True)))
-
-
-def _linear(x: Shape, w: Shape) -> dict[str, Any]:
-    return gemm_signature(math.prod(x[:-1]) if len(x) > 1 else 1, x[-1], w[0], 1)
-
-
-def _logits(x: Shape) -> dict[str, Any]:
-    """A loss's input as (rows, classes): classes on the last axis, everything before it rows."""
-    return {"N": math.prod(x[:-1]) if len(x) > 1 else 1, "C": x[-1] if x else 1}
-
-
-ShapeReader = Callable[[str, Sequence[Any]], dict[str, Any]]
-
-#: ``shapes`` kinds of the table: recorded input shapes -> the descriptors they determine.
-SHAPE_READERS: dict[str, ShapeReader] = {
-    "conv": lambda t, s: _conv(_tensor(s, 0, (3, 4)), _tensor(s, 1, (3, 4))),
-    "conv_backward": lambda t, s: _conv(_tensor(s, 1, (3, 4)), _tensor(s, 2, (3, 4))),
-    "gemm_addmm": lambda t, s: _matmul(_tensor(s, 1, 2), _tensor(s, 2, 2)),
-    "gemm_mm": lambda t, s: _matmul(_tensor(s, 0, 2), _tensor(s, 1, 2)),
-    "gemm_bmm": lambda t, s: _matmul(_tensor(s, 0, 3), _tensor(s, 1, 3)),
-    "gemm_matmul": lambda t, s: _matmul(_tensor(s, 0), _tensor(s, 1)),
-    "gemm_linear": lambda t, s: _linear(_tensor(s, 0), _tensor(s, 1, 2)),
-    "first": lambda t, s: _nchw_fields(t, _tensor(s, 0)),
-    "backward_grad_input": lambda t, s: _nchw_fields(t, _tensor(s, 1)),
-    "pair": lambda t, s: {**_nchw_fields(t, _tensor(s, 0)), **_nchw_fields(t, _tensor(s, 1), "_b")},
-    "logits": lambda t, s: _logits(_tensor(s, 0)),
-    "logits_grad_input": lambda t, s: _logits(_tensor(s, 1)),
-    "any": lambda t, s: {},
-}
+#: A matched row's key: a profiled call kind (``dlbench.training.profile.PROFILE_KEY``; matching reads only
+#: the shapes, so a call fits its operation in whatever dtype and layout it ran).
+MATCH_KEY = ("name", "input_shapes", "input_types", "memory_format")
 
 
 # ------------------------------------------------------------------------------------------- the table
@@ -133,7 +60,9 @@ class OperatorRule:
     passes: tuple[str, ...]
     shapes: str
 
-    def fields(self, op_type: str, shapes: Sequence[Any]) -> dict[str, Any]:
+    def fields(self, op_type: str, shapes: Sequence[Any], types: Sequence[str] = ()) -> dict[str, Any]:
+        if self.shapes in TYPED_READERS:
+            return TYPED_READERS[self.shapes](op_type, shapes, types)
         return SHAPE_READERS[self.shapes](op_type, shapes)
 
     def accepts(self, op_type: str, pass_name: str) -> bool:
@@ -176,8 +105,8 @@ def parse_table(data: Mapping[str, Any], source: str = "match table") -> MatchTa
         if isinstance(passes, str):
             passes = [passes]
         shapes = str(entry.get("shapes", "first"))
-        if shapes not in SHAPE_READERS:
-            raise MatchError(f"{where}: shapes={shapes!r}; use one of {', '.join(SHAPE_READERS)}")
+        if shapes not in SHAPE_READERS and shapes not in TYPED_READERS:
+            raise MatchError(f"{where}: shapes={shapes!r}; use one of {', '.join([*SHAPE_READERS, *TYPED_READERS])}")
         rules[str(name)] = OperatorRule(str(name), tuple(map(str, op_types)), tuple(map(str, passes)), shapes)
     framework = data.get("framework") or []
     if isinstance(framework, str) or not isinstance(framework, Sequence):
@@ -213,23 +142,26 @@ def profile_per_step(profile_dir: str | Path, time_column: str = "self_cpu_us") 
 
 
 def profile_from_batches(rows: pd.DataFrame, time_column: str = "self_cpu_us") -> pd.DataFrame:
-    """:func:`profile_per_step` on a frame of per-batch rows (columns batch, name, input_shapes, calls,
-    the time column)."""
+    """:func:`profile_per_step` on a frame of per-batch rows (columns batch, name, input_shapes, calls, the time
+    column; input_types and memory_format where recorded): one row per profiled call kind
+    (:data:`~dlbench.training.profile.PROFILE_KEY`), so a call that ran in two dtypes is two rows."""
+    from dlbench.training.profile import PROFILE_KEY, with_profile_key
+
+    rows = with_profile_key(rows)
     batches = sorted(rows["batch"].unique())
-    keyed = rows.groupby(["name", "input_shapes", "batch"], sort=False)[["calls", time_column]].sum()
+    keyed = rows.groupby([*PROFILE_KEY, "batch"], sort=False)[["calls", time_column]].sum()
     out = []
-    for (name, shapes), group in keyed.groupby(level=[0, 1], sort=False):
+    for key, group in keyed.groupby(level=list(range(len(PROFILE_KEY))), sort=False):
         times = group[time_column].tolist() + [0.0] * (len(batches) - len(group))
         calls = group["calls"].tolist() + [0] * (len(batches) - len(group))
         out.append(
             {
-                "name": name,
-                "input_shapes": shapes,
+                **dict(zip(PROFILE_KEY, key, strict=True)),
                 "calls": float(pd.Series(calls).median()),
                 "time_us": float(pd.Series(times).median()),
             }
         )
-    return pd.DataFrame(out, columns=["name", "input_shapes", "calls", "time_us"])
+    return pd.DataFrame(out, columns=[*PROFILE_KEY, "calls", "time_us"])
 
 
 # ------------------------------------------------------------------------------------------- matching
@@ -294,7 +226,8 @@ def match_profile(
     records = []
     for row in profile.itertuples(index=False):
         name, time_us = str(row.name), float(row.time_us)
-        record = {"name": name, "input_shapes": row.input_shapes, "calls": row.calls, "time_us": time_us}
+        ran_as = {"input_types": getattr(row, "input_types", "[]"), "memory_format": getattr(row, "memory_format", "")}
+        record = {"name": name, "input_shapes": row.input_shapes, **ran_as, "calls": row.calls, "time_us": time_us}
         rule = table.rules.get(name)
         if rule is None:
             framework = table.is_framework(name)
@@ -302,7 +235,7 @@ def match_profile(
             reason = "" if framework else "no rule in the match table"
             records.append({**record, "status": status, "category": status, "operations": "", "reason": reason})
             continue
-        candidates, problems = _candidates(rule, row.input_shapes, by_type, passes)
+        candidates, problems = _candidates(rule, row.input_shapes, by_type, passes, ran_as["input_types"])
         if not candidates:
             records.append({**record, **_unassigned(name, rule, table, by_type, passes, problems)})
             continue
@@ -313,25 +246,20 @@ def match_profile(
         operations_text = ";".join(str(op.id) for op in candidates)
         records.append({**record, "status": "matched", "category": category, "operations": operations_text,
                         "reason": ""})  # fmt: skip
-    rows = pd.DataFrame(
-        records, columns=["name", "input_shapes", "calls", "time_us", "status", "category", "operations", "reason"]
-    )
+    rows = pd.DataFrame(records, columns=[*MATCH_KEY, "calls", "time_us", "status", "category", "operations", "reason"])
     return MatchResult(rows=rows, assigned_us=assigned, assignments=tuple(assignments))
 
 
 def _candidates(
-    rule: OperatorRule, input_shapes: Any, by_type: Mapping[str, list], passes: Mapping[int, str]
+    rule: OperatorRule, input_shapes: Any, by_type: Mapping[str, list], passes: Mapping[int, str], input_types: Any = ()
 ) -> tuple[list[Operation], list[str]]:
     """The operations a profiled call's rule fits (its op types, passes and shapes), and why others did not."""
-    try:
-        shapes = json.loads(input_shapes) if isinstance(input_shapes, str) else list(input_shapes)
-    except json.JSONDecodeError:
-        shapes = []
+    shapes, types = _json_list(input_shapes), _json_list(input_types)
     candidates: list[Operation] = []
     problems = []
     for op_type in rule.op_types:
         try:
-            fields = rule.fields(op_type, shapes)
+            fields = rule.fields(op_type, shapes, types)
         except (MatchError, IndexError, TypeError, ValueError) as err:
             problems.append(f"{op_type}: shapes {input_shapes} do not read as {rule.shapes}: {err}")
             continue
@@ -342,6 +270,14 @@ def _candidates(
             shown = ", ".join(f"{k}={v}" for k, v in fields.items()) or "any shape"
             problems.append(f"no {op_type} operation ({'/'.join(rule.passes_of(op_type))}) with {shown}")
     return candidates, problems
+
+
+def _json_list(value: Any) -> list[Any]:
+    try:
+        parsed = json.loads(value or "[]") if isinstance(value, str) else list(value)
+    except (json.JSONDecodeError, TypeError):
+        return []
+    return parsed if isinstance(parsed, list) else []
 
 
 def _unassigned(

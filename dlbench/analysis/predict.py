@@ -101,7 +101,11 @@ OPERATOR_TERMS = {
     # the loss and optimizer as the script ran them (dlbench.onnx.update)
     "loss": "loss: forward and backward of each loss the profile shows, at its shape",
     "optimizer": "optimizer: each optimizer's step as it ran, with zero_grad in place and gradient clipping",
+    # mixed precision as the script ran it (dlbench.analysis.casts)
+    "mixed_precision": "mixed precision: autocast's casts and GradScaler's unscale and scale update, as profiled",
 }
+#: The passes of the mixed-precision term (``dlbench.analysis.casts``: CAST_PASS, SCALER_PASS).
+MIXED_PRECISION_PASSES = ("autocast", "grad_scaler")
 
 
 @dataclass(frozen=True)
@@ -304,4 +308,4 @@ def _pass_group(pass_name: str) -> str:
         return "loss"
     if pass_name == OPTIMIZER_PASS:
         return "optimizer"
-    return "backward"
+    return "mixed_precision" if pass_name in MIXED_PRECISION_PASSES else "backward"

@@ -42,19 +42,21 @@ def read_step_profile(profile_dir: str | Path, time_column: str = "self_cpu_us")
 
 def batch_profiles(profile_dir: str | Path, time_column: str = "self_cpu_us") -> tuple[pd.DataFrame, pd.DataFrame]:
     """:func:`read_step_profile` per profiled batch (column ``batch``), before the median over batches."""
-    from dlbench.training.profile import read_profile
+    from dlbench.training.profile import PROFILE_KEY, read_profile, with_profile_key
 
     paths = sorted(Path(profile_dir).glob("batch_*_ops.csv"))
     if not paths:
         raise MatchError(f"{profile_dir}: no batch_*_ops.csv profile files")
     rows = pd.concat([read_profile(p) for p in paths], ignore_index=True)
     folded_paths = sorted(Path(profile_dir).glob("batch_*_folded.csv"))
-    folded = pd.concat([pd.read_csv(p, dtype={"name": str, "input_shapes": str}) for p in folded_paths] or
-                       [pd.DataFrame(columns=["folded", "batch", "name", "input_shapes", "calls", time_column])],
+    text = {column: str for column in PROFILE_KEY}
+    folded = pd.concat([pd.read_csv(p, dtype=text, keep_default_na=False) for p in folded_paths] or
+                       [pd.DataFrame(columns=["folded", "batch", *PROFILE_KEY, "calls", time_column])],
                        ignore_index=True)  # fmt: skip
+    folded = with_profile_key(folded)
     if folded.empty:
         return rows, folded
-    key = ["batch", "name", "input_shapes"]
+    key = ["batch", *PROFILE_KEY]
     inside = folded.groupby(key)[["calls", time_column]].sum()
     rows = rows.set_index(key)
     common = rows.index.intersection(inside.index)
@@ -64,17 +66,20 @@ def batch_profiles(profile_dir: str | Path, time_column: str = "self_cpu_us") ->
     ranges = []
     for (batch, name), group in folded.groupby(["batch", "folded"], sort=False):
         own = group[group["name"].map(folded_name) == name]  # the range's own event(s)
-        shapes = str(own["input_shapes"].iloc[0]) if len(own) and own["name"].iloc[0] == name else "[]"
-        calls = int(own["calls"].sum()) or 1
-        ranges.append({"batch": batch, "name": name, "input_shapes": shapes, "calls": calls,
+        first = own.iloc[0] if len(own) and own["name"].iloc[0] == name else None
+        ranges.append({"batch": batch, "name": name, "calls": int(own["calls"].sum()) or 1,
+                       "input_shapes": str(first["input_shapes"]) if first is not None else "[]",
+                       "input_types": str(first["input_types"]) if first is not None else "[]",
+                       "memory_format": str(first["memory_format"]) if first is not None else "",
                        time_column: float(group[time_column].sum())})  # fmt: skip
-    rows = pd.concat([rows[["batch", "name", "input_shapes", "calls", time_column]], pd.DataFrame(ranges)])
+    rows = pd.concat([rows[[*key, "calls", time_column]], pd.DataFrame(ranges)])
     return rows, folded
 
 
 def _per_step_folded(folded: pd.DataFrame, time_column: str) -> pd.DataFrame:
     if folded.empty:
-        return pd.DataFrame(columns=["folded", "name", "input_shapes", "calls", "time_us"])
+        return pd.DataFrame(columns=["folded", "name", "input_shapes", "input_types", "memory_format", "calls",
+                                     "time_us"])  # fmt: skip
     out = []
     for range_name, group in folded.groupby("folded", sort=False):
         step = profile_from_batches(group, time_column)

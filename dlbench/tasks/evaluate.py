@@ -31,6 +31,7 @@ from dlbench.analysis.predict import (
     prediction_metrics,
     prediction_terms,
 )
+from dlbench.analysis.ran_as import step_as_ran
 from dlbench.analysis.report import log_workload
 from dlbench.analysis.results import MachineRecord, interference_record
 from dlbench.analysis.step_interval import StepRounds, interval_metrics, pooled_step_ms, predicted_per_round
@@ -249,6 +250,8 @@ def train_step(cfg: DlbenchConfig, setup: Setup, run, params: dict[str, object])
     facts = graph_facts(trained.model_path, batch_size).with_inferred_outputs(extraction.nodes)
     ran = step_run(trained.facts, profile, folded)  # the loss and optimizer the script ran
     step = training_step(forward, unfolding, facts, setup.table.training, DTYPE_BYTES.get(cfg.dtype, 4), ran)
+    step, as_ran = step_as_ran(step, profile, setup.table, trained.facts, cfg.dtype, setup.device)
+    run.log_table(as_ran, "ran_as.csv")  # each operation's dtype and memory format, as the profile says it ran
     placed = None
     if cfg.evaluate.caches == "step":  # each operation's footprint in this step decides its cache state
         step, placed = placed_step(step, unfolding, extraction.nodes, facts, DTYPE_BYTES.get(cfg.dtype, 4))

@@ -29,6 +29,16 @@ def _dtype_name(dtype: Any) -> str:
     return str(dtype).removeprefix("torch.")
 
 
+def _memory_format(tensor: Any) -> str:
+    """``channels_last`` for an image tensor laid out so (and not also contiguous), else ``contiguous``."""
+    import torch
+
+    layout = torch.channels_last if tensor.dim() == 4 else torch.channels_last_3d
+    return (
+        "channels_last" if tensor.is_contiguous(memory_format=layout) and not tensor.is_contiguous() else "contiguous"
+    )
+
+
 @dataclass
 class RunFacts:
     """Collected while the script runs; :meth:`as_dict` is what ``run_facts.json`` holds."""
@@ -40,7 +50,8 @@ class RunFacts:
         self.reported.update({str(k): _plain(v) for k, v in params.items()})
 
     def observe(self, batch: Any, net: Any, cuda: bool | None) -> None:
-        """Record the batch size, input dtype, the network's parameter dtype, size and device (once)."""
+        """Record the batch size, input dtype, the network's parameter dtype, size and device, and whether the
+        image input or the network's convolution weights are in channels_last (once)."""
         if self.observed:
             return
         import torch
@@ -50,12 +61,19 @@ class RunFacts:
             self.observed["batch_size"] = int(tensor.shape[0])
             self.observed["input_dtype"] = _dtype_name(tensor.dtype)
             self.observed["device"] = tensor.device.type
+            if tensor.dim() in (4, 5):
+                self.observed["input_memory_format"] = _memory_format(tensor)
         if net is not None and hasattr(net, "parameters"):
             params = list(net.parameters())
             if params:
                 self.observed["dtype"] = _dtype_name(params[0].dtype)
                 self.observed["device"] = params[0].device.type
                 self.observed["parameter_count"] = int(sum(p.numel() for p in params))
+                images = [p for p in params if p.dim() in (4, 5)]
+                if images:
+                    self.observed["weights_memory_format"] = _memory_format(images[0])
+        formats = (self.observed.get("input_memory_format"), self.observed.get("weights_memory_format"))
+        self.observed["channels_last"] = "channels_last" in formats
         if cuda is not None:
             self.observed["cuda"] = bool(cuda)
         self.observed["threads"] = torch.get_num_threads()

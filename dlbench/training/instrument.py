@@ -15,8 +15,8 @@ integer comparison and two ``perf_counter`` calls, and no profiler object is cre
 
 Files written to the profile directory:
 
-- ``batch_<idx>_ops.csv``: one row per operator and input shapes in a profiled batch (calls, self and
-  total CPU time, self and total device time, in microseconds);
+- ``batch_<idx>_ops.csv``: one row per operator, input shapes, input dtypes and memory format in a profiled
+  batch (calls, self and total CPU time, self and total device time, in microseconds);
 - ``batch_<idx>_trace.json``: the Chrome/Perfetto trace of that batch;
 - ``summary_ops.csv``: per operator and input shapes, mean, median, std, min and max over the profiled
   batches (written after the last profiled batch, or by :func:`finish` / at exit for a partial set);
@@ -47,6 +47,7 @@ from typing import Any
 from dlbench.core.allocator import minor_faults, pad_heap_for_profiling
 from dlbench.training.facts import RunFacts, effective_params, write_facts
 from dlbench.training.optimizers import FOLDED_COLUMNS, OptimizerRecorder, batch_folded_file, folded_rows
+from dlbench.training.precision import PrecisionRecorder
 from dlbench.training.profile import (
     BATCH_COLUMNS,
     BATCHES_FILE,
@@ -227,6 +228,9 @@ class ProfileSession:
         #: which optimizer stepped, with what options and shapes; clip_grad_norm_ in a range of its own
         self.optimizers = OptimizerRecorder()
         self.optimizers.install()
+        #: the autocast regions it entered and the GradScalers that scaled its loss
+        self.precision = PrecisionRecorder()
+        self.precision.install()
 
     def batch(self, batch_idx: int) -> BatchScope:
         return BatchScope(self, batch_idx)
@@ -370,7 +374,11 @@ class ProfileSession:
         if self._timeline.steps:
             self.write_batches()
         facts = {**self.facts.as_dict(len(self._timeline.steps)), **self.optimizers.facts()}
+        precision = self.precision.facts()
+        facts.update(autocast=precision["autocast"], grad_scaler=precision["grad_scaler"])
+        facts["observed"].update(precision["observed"])
         self.optimizers.uninstall()
+        self.precision.uninstall()
         write_facts(self.settings.out_dir, facts)
         if not self._published and os.environ.get("MLFLOW_RUN_ID"):
             self._published = True

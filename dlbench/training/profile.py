@@ -11,13 +11,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlbench.training.trace import DEVICE, OPERATOR, RUNTIME, TraceEvent
+from dlbench.training.trace import DEVICE, OPERATOR, RUNTIME, TraceEvent, input_dtypes, memory_format
 
 #: Columns of a per-batch operator table; times in microseconds.
 TIME_COLUMNS = ("self_cpu_us", "cpu_total_us", "self_device_us", "device_total_us", "host_us")
 
 
-PROFILE_COLUMNS = ("batch", "name", "input_shapes", "calls", *TIME_COLUMNS, "kernels")
+#: ``input_types``: each input's dtype (JSON, ``""`` for a non-tensor); ``memory_format``: ``channels_last`` when
+#: an input of rank 4 or 5 was laid out so, else ``contiguous`` (:mod:`dlbench.training.trace`). A profile
+#: written before they were recorded reads with both empty.
+PROFILE_COLUMNS = ("batch", "name", "input_shapes", "calls", *TIME_COLUMNS, "kernels", "input_types", "memory_format")
+
+#: What tells two profiled calls apart: the operator, its inputs' shapes, dtypes and memory format.
+PROFILE_KEY = ("name", "input_shapes", "input_types", "memory_format")
 
 
 BATCH_COLUMNS = ("step", "batch", "wall_s", "profiled", "minor_faults")
@@ -32,7 +38,7 @@ SUMMARY_FILE = "summary_ops.csv"
 BATCHES_FILE = "batches.csv"
 
 
-TEXT_COLUMNS = ("name", "input_shapes")
+TEXT_COLUMNS = ("name", "input_shapes", "input_types", "memory_format")
 
 
 def batch_ops_file(batch_idx: int) -> str:
@@ -121,10 +127,10 @@ def operator_table(events: list[TraceEvent], batch_idx: int) -> list[tuple[Any, 
             if n.event.kind == RUNTIME and n.parent.event.kind == OPERATOR:
                 n.parent.host += n.host
                 n.host = 0
-    table: dict[tuple[str, str], list[float]] = {}
+    table: dict[tuple[str, str, str, str], list[float]] = {}
     for n in nodes:
         e = n.event
-        acc = table.setdefault((e.name, json.dumps(_plain(e.shapes), separators=(",", ":"))), [0] * 7)
+        acc = table.setdefault(_key(e), [0] * 7)
         acc[0] += 1
         acc[1] += e.duration - n.child_cpu
         acc[2] += e.duration
@@ -133,11 +139,20 @@ def operator_table(events: list[TraceEvent], batch_idx: int) -> list[tuple[Any, 
         acc[5] += n.host
         acc[6] += n.kernels
     for name, (count, duration) in unlaunched.items():
-        table[(UNLAUNCHED + name, "[]")] = [count, 0, 0, duration, duration, 0, count]
+        table[(UNLAUNCHED + name, "[]", "[]", "")] = [count, 0, 0, duration, duration, 0, count]
     return [
-        (batch_idx, name, shapes, calls, *(round(ns / 1e3, 3) for ns in times), kernels)
-        for (name, shapes), (calls, *times, kernels) in table.items()
+        (batch_idx, name, shapes, calls, *(round(ns / 1e3, 3) for ns in times), kernels, types, layout)
+        for (name, shapes, types, layout), (calls, *times, kernels) in table.items()
     ]
+
+
+def _key(event: TraceEvent) -> tuple[str, str, str, str]:
+    """An event's :data:`PROFILE_KEY` (a runtime call has no inputs: empty types and format)."""
+    shapes = _plain(event.shapes)
+    if event.kind != OPERATOR:
+        return event.name, json.dumps(shapes, separators=(",", ":")), "[]", ""
+    types = json.dumps(input_dtypes(event.types), separators=(",", ":"))
+    return event.name, json.dumps(shapes, separators=(",", ":")), types, memory_format(event.shapes, event.strides)
 
 
 def _plain(shapes: Any) -> Any:
@@ -145,22 +160,22 @@ def _plain(shapes: Any) -> Any:
 
 
 def summary_columns() -> tuple[str, ...]:
-    columns = ["name", "input_shapes", "batches", "calls"]
+    columns = ["name", "input_shapes", "input_types", "memory_format", "batches", "calls"]
     for time_column in TIME_COLUMNS:
         columns.extend(f"{time_column}_{stat}" for stat in SUMMARY_STATS)
     return tuple(columns)
 
 
 def summarize(profiled: list[ProfiledBatch]) -> list[tuple[Any, ...]]:
-    """Per (operator, input shapes): how many batches had it, median calls, and statistics of each time
-    column over those batches (std is 0 with a single batch)."""
-    by_key: dict[tuple[str, str], list[tuple[Any, ...]]] = {}
+    """Per (operator, input shapes, dtypes, memory format): how many batches had it, median calls, and statistics
+    of each time column over those batches (std is 0 with a single batch)."""
+    by_key: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
     for batch in profiled:
         for row in batch.rows:
-            by_key.setdefault((row[1], row[2]), []).append(row)
+            by_key.setdefault((row[1], row[2], row[-2], row[-1]), []).append(row)
     out = []
-    for (name, shapes), rows in by_key.items():
-        record: list[Any] = [name, shapes, len(rows), statistics.median(r[3] for r in rows)]
+    for key, rows in by_key.items():
+        record: list[Any] = [*key, len(rows), statistics.median(r[3] for r in rows)]
         for offset in range(len(TIME_COLUMNS)):
             values = [float(r[4 + offset]) for r in rows]
             record.extend(
@@ -173,7 +188,7 @@ def summarize(profiled: list[ProfiledBatch]) -> list[tuple[Any, ...]]:
                 ]
             )
         out.append(tuple(record))
-    out.sort(key=lambda r: -r[5])  # by mean self CPU time, the costly operators first
+    out.sort(key=lambda r: -r[6])  # by mean self CPU time, the costly operators first
     return out
 
 
@@ -188,8 +203,9 @@ def write_csv(path: Path, columns: tuple[str, ...], rows: Any) -> None:
 def read_profile(path: str | os.PathLike[str]) -> Any:
     """Read a profile CSV written here (per batch, summary or ``batches.csv``) into a DataFrame.
 
-    Every column other than ``name`` and ``input_shapes`` must hold numbers, and ``input_shapes`` must be
-    a JSON list; a bad file raises ``ValueError`` naming the file and line.
+    Every column other than :data:`TEXT_COLUMNS` must hold numbers, and ``input_shapes`` and ``input_types``
+    must be JSON lists; a bad file raises ``ValueError`` naming the file and line. A profile without dtypes
+    and memory formats (recorded by an older dlbench) reads with them empty.
     """
     import pandas as pd
 
@@ -218,15 +234,13 @@ def read_profile(path: str | os.PathLike[str]) -> Any:
                 record: list[Any] = []
                 for column, text in zip(header, row, strict=True):
                     if column in TEXT_COLUMNS:
-                        if column == "input_shapes":
+                        if column in ("input_shapes", "input_types"):
                             try:
-                                shapes = json.loads(text)
+                                shapes = json.loads(text or "[]")
                             except json.JSONDecodeError:
                                 shapes = None
                             if not isinstance(shapes, list):
-                                raise ValueError(
-                                    f"{path}:{line}: input_shapes {text[:80]!r} is not a JSON list of shapes"
-                                )
+                                raise ValueError(f"{path}:{line}: {column} {text[:80]!r} is not a JSON list")
                         record.append(text)
                         continue
                     try:
@@ -241,7 +255,21 @@ def read_profile(path: str | os.PathLike[str]) -> Any:
                 records.append(record)
         except csv.Error as err:
             raise ValueError(f"{path}:{reader.line_num}: {err}") from None
-    return pd.DataFrame.from_records(records, columns=header)
+    frame = pd.DataFrame.from_records(records, columns=header)
+    if "input_shapes" in frame.columns:  # a profile recorded before dtypes and memory formats were
+        frame = with_profile_key(frame)
+    return frame
+
+
+def with_profile_key(frame: Any) -> Any:
+    """``frame`` with every :data:`PROFILE_KEY` column, a missing one filled as an older profile means it (no
+    dtypes recorded: ``[]``; no memory format: ``""``)."""
+    for column, empty in (("input_types", "[]"), ("memory_format", "")):
+        if column not in frame.columns:
+            frame = frame.assign(**{column: empty})
+        else:
+            frame[column] = frame[column].fillna(empty).astype(str)
+    return frame
 
 
 @dataclass(frozen=True)

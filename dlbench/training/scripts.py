@@ -137,13 +137,21 @@ def export_problem(model_path: Path) -> str:
 
 def check_training_dtype(cfg: DlbenchConfig, entry: TrainingBenchmark) -> None:
     """``dtype`` other than float32 needs a script that takes it (``${dtype}`` in its parameters): benchmarks in
-    one dtype against training in another would predict nothing."""
+    one dtype against training in another would predict nothing. ``amp`` and ``channels_last`` likewise."""
     if cfg.dtype != "float32" and "${dtype}" not in entry.parameters:
         raise ConfigurationError(
             f"dtype={cfg.dtype}: training entry {entry.name} ({entry.source}) does not pass the dtype to its "
             "script (no ${dtype} in its parameters), so it would train in its own dtype; use dtype=float32 or "
             "give the script a dtype argument"
         )
+    for key, value, default in (("amp", cfg.amp, "none"), ("channels_last", cfg.channels_last, False)):
+        if value != default and f"${{{key}}}" not in entry.parameters:
+            raise ConfigurationError(
+                f"{key}={str(value).lower()}: training entry {entry.name} ({entry.source}) does not pass it to its "
+                f"script (no ${{{key}}} in its parameters); what the script runs is detected from its profile "
+                f"anyway (logged as the run's {key} param), so leave {key} at {str(default).lower()} or pass it "
+                "to the script"
+            )
 
 
 def check_ran_in_dtype(cfg: DlbenchConfig, entry: TrainingBenchmark, facts: dict[str, Any]) -> None:

@@ -48,6 +48,9 @@ class TraceEvent:
     op: int = 0
     shapes: Any = ()
     stream: int = 0
+    #: the profiler's type of each input (``float``, ``c10::BFloat16``, ``Scalar``) and each input's strides
+    types: Any = ()
+    strides: Any = ()
 
     @property
     def duration(self) -> int:
@@ -102,7 +105,7 @@ def kineto_events(profiler: Any) -> list[TraceEvent]:
         else:
             name = "ProfilerStep*" if name.startswith("ProfilerStep#") else name
             out.append(TraceEvent(OPERATOR, name, start, end, raw.start_thread_id(), raw.correlation_id(), 0,
-                                  raw.shapes()))  # fmt: skip
+                                  raw.shapes(), 0, raw.dtypes(), _strides(raw)))  # fmt: skip
     _correlate_launches(out)
     return out
 
@@ -164,8 +167,57 @@ def read_trace(path: str | Path) -> list[TraceEvent]:
         elif category in ("cpu_op", "user_annotation") and name not in _FILTERED:
             name = "ProfilerStep*" if name.startswith("ProfilerStep#") else name
             out.append(TraceEvent(OPERATOR, name, start, end, _int(e.get("tid")), external, 0,
-                                  args.get("Input Dims", [])))  # fmt: skip
+                                  args.get("Input Dims", []), 0, args.get("Input type", []),
+                                  args.get("Input Strides", [])))  # fmt: skip
     return out
+
+
+def _strides(raw: Any) -> Any:
+    """A kineto event's input strides (torch >= 2.1 records them with the shapes; () where it does not)."""
+    reader = getattr(raw, "structured_input_strides", None)
+    try:
+        return reader() if reader is not None else ()
+    except RuntimeError:
+        return ()
+
+
+#: The profiler's names of tensor element types -> dlbench's (``core/dtypes.py``); anything else is no tensor.
+PROFILER_DTYPES = {
+    "float": "float32", "double": "float64", "c10::Half": "float16", "c10::BFloat16": "bfloat16",
+    "long int": "int64", "int": "int32", "short int": "int16", "signed char": "int8", "unsigned char": "uint8",
+    "bool": "bool", "unsigned short": "uint16", "unsigned int": "uint32", "unsigned long": "uint64",
+}  # fmt: skip
+
+CONTIGUOUS, CHANNELS_LAST = "contiguous", "channels_last"
+
+
+def input_dtypes(types: Any) -> list[str]:
+    """Each input's dtype in dlbench's names, ``""`` for an input that is no tensor (a scalar, a list)."""
+    return [PROFILER_DTYPES.get(str(t), "") for t in types or ()]
+
+
+def memory_format(shapes: Any, strides: Any) -> str:
+    """``channels_last`` when an input of rank 4 or 5 is laid out channels-last (and not also contiguous, as a
+    tensor with one channel or one pixel is), else ``contiguous``. Dimensions of size 1 do not count, as in
+    ``Tensor.is_contiguous(memory_format=...)``."""
+    for shape, stride in zip(shapes or (), strides or (), strict=False):
+        if not isinstance(shape, list | tuple) or len(shape) not in (4, 5) or len(stride or ()) != len(shape):
+            continue
+        order = [0, *range(2, len(shape)), 1]  # N, spatial..., C: the channels-last order, outermost first
+        if _dense(shape, stride, order) and not _dense(shape, stride, list(range(len(shape)))):
+            return CHANNELS_LAST
+    return CONTIGUOUS
+
+
+def _dense(shape: Any, stride: Any, order: list[int]) -> bool:
+    """Whether ``stride`` lays ``shape`` out densely with ``order``'s last dimension innermost."""
+    expected = 1
+    for dim in reversed(order):
+        size = int(shape[dim])
+        if size != 1 and int(stride[dim]) != expected:
+            return False
+        expected *= size
+    return True
 
 
 def _int(value: Any) -> int:

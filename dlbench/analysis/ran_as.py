@@ -1,0 +1,162 @@
+"""Each operation of a training step in the dtype and memory format it ran: the ONNX graph gives the shapes,
+the profile says how each node ran. Every operation takes the dtype and layout of the profiled calls matched
+to it (the most time wins where they differ), so autocast's lower-precision ops come out in bfloat16 or
+float16, its float32 ops (the losses; on CUDA softmax and layer norm too) in float32, and the backward in
+the dtypes autograd ran. An operation no call matched takes autocast's rule for its op type
+(:mod:`dlbench.core.autocast`) when the script ran under autocast, else the sweep's dtype. Nothing is fitted:
+the dtypes are read, the times are the benchmarks'. The casts autocast inserted and GradScaler's work join the
+step as operations of their own (:mod:`dlbench.analysis.casts`).
+
+An operation in the sweep's own dtype and a contiguous layout keeps both columns empty (the sweep's default),
+so a float32 step's operations are the same problems as before."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+import pandas as pd
+
+from dlbench.analysis.casts import amp_notes, amp_operations
+from dlbench.analysis.match import MatchTable, match_profile
+from dlbench.core.autocast import autocast_dtype
+from dlbench.core.costs import operation_cost
+from dlbench.core.dtypes import DTYPE_BYTES, FLOAT_TYPES
+from dlbench.core.values import Operation
+from dlbench.onnx.step import TrainingStep
+
+#: Columns of ``ran_as.csv``: per operation, what it is benchmarked in and where that came from.
+RAN_AS_COLUMNS = ("id", "op_type", "pass", "dtype", "memory_format", "source", "profiled_us")
+
+
+def call_dtype(input_shapes: Any, input_types: Any) -> str:
+    """The dtype a profiled call computed in: its first floating-point input that is not a 0-dim tensor (a
+    scalar such as a loss's incoming gradient does not set it), else its first floating-point input; ``""``
+    when none is recorded."""
+    shapes, types = _json_list(input_shapes), _json_list(input_types)
+    floats = [(i, t) for i, t in enumerate(types) if t in FLOAT_TYPES]
+    for i, dtype in floats:
+        if i < len(shapes) and isinstance(shapes[i], list) and shapes[i]:
+            return dtype
+    return floats[0][1] if floats else ""
+
+
+def _json_list(value: Any) -> list[Any]:
+    if isinstance(value, list | tuple):
+        return list(value)
+    try:
+        parsed = json.loads(value) if isinstance(value, str) and value else []
+    except json.JSONDecodeError:
+        return []
+    return parsed if isinstance(parsed, list) else []
+
+
+@dataclass(frozen=True)
+class RanAs:
+    """The step's operations with their ``dtype`` and ``memory_format`` set where they ran otherwise than the
+    sweep's default; ``table``: one row per operation (:data:`RAN_AS_COLUMNS`); ``notes``: what the summary
+    says (a dtype this machine has no instructions for)."""
+
+    operations: tuple[Operation, ...]
+    table: pd.DataFrame
+    notes: tuple[str, ...]
+
+
+def operations_as_ran(
+    operations: Sequence[Operation],
+    passes: Mapping[int, str],
+    profile: pd.DataFrame,
+    table: MatchTable,
+    *,
+    amp: str = "none",
+    sweep_dtype: str = "float32",
+    device: str = "cpu",
+) -> RanAs:
+    """Decide each operation's dtype and memory format from the profile (:func:`ran_in`), with autocast's
+    rule for what no profiled call ran; bytes moved follow each operation's dtype."""
+    seen = ran_in(operations, passes, profile, table)
+    out, rows = [], []
+    for op in operations:
+        dtype, layout, time_us = seen.get(op.id, ("", "", 0.0))
+        source = "profile" if dtype or layout else ""
+        if op.dtype:  # made from the profile with its dtype (a cast: the dtype it converts from)
+            dtype, source = op.dtype, "profile"
+        if not dtype and amp != "none":
+            dtype = autocast_dtype(op.op_type, amp, device) or ""
+            source = "autocast" if dtype else source
+        dtype = dtype or sweep_dtype
+        rows.append((op.id, op.op_type, passes.get(op.id, "forward"), dtype, layout or "contiguous",
+                     source or "sweep", round(time_us, 3)))  # fmt: skip
+        if op.dtype:
+            out.append(op)
+            continue
+        out.append(_as_ran(op, "" if dtype == sweep_dtype else dtype, "" if layout == "contiguous" else layout,
+                           sweep_dtype))  # fmt: skip
+    frame = pd.DataFrame(rows, columns=list(RAN_AS_COLUMNS))
+    return RanAs(tuple(out), frame, tuple(emulation_notes(frame, sweep_dtype, device)))
+
+
+def step_as_ran(
+    step: TrainingStep, profile: pd.DataFrame, table: MatchTable, facts: Mapping[str, Any], sweep_dtype: str,
+    device: str,
+) -> tuple[TrainingStep, pd.DataFrame]:  # fmt: skip
+    """An evaluation's training step with each operation in the dtype and memory format it ran (the script's
+    run facts say whether it ran under autocast), its notes extended; and the ``ran_as.csv`` table."""
+    from dlbench.training.facts import effective_params
+
+    amp = str(effective_params(dict(facts)).get("amp", "none"))
+    first_id = max((op.id for op in step.operations), default=-1) + 1
+    optimizers = facts.get("optimizers") if isinstance(facts.get("optimizers"), list) else None
+    added = amp_operations(profile, optimizers, first_id)  # the casts and GradScaler's work, as they ran
+    operations = (*step.operations, *(op for op, _ in added))
+    passes = {**step.passes, **{op.id: pass_name for op, pass_name in added}}
+    ran = operations_as_ran(operations, passes, profile, table, amp=amp, sweep_dtype=sweep_dtype, device=device)
+    notes = (*step.notes, *ran.notes, *amp_notes(added))
+    return replace(step, operations=ran.operations, passes=passes, notes=notes), ran.table
+
+
+def ran_in(
+    operations: Sequence[Operation], passes: Mapping[int, str], profile: pd.DataFrame, table: MatchTable
+) -> dict[int, tuple[str, str, float]]:
+    """Operation id -> (dtype, memory format, profiled time per step) of the calls matched to it: the pair
+    that took the most of its time. The match reads shapes only, so every call finds its operation whatever
+    it ran in."""
+    matched = match_profile(profile, operations, passes, table)
+    totals: dict[int, dict[tuple[str, str], float]] = {}
+    rows = matched.rows
+    for index, op_id, time_us in matched.assignments:
+        row = rows.iloc[index]
+        key = (call_dtype(row["input_shapes"], row["input_types"]), str(row["memory_format"] or ""))
+        if key == ("", ""):
+            continue
+        acc = totals.setdefault(op_id, {})
+        acc[key] = acc.get(key, 0.0) + max(time_us, 1e-9)
+    out = {}
+    for op_id, by_kind in totals.items():
+        (dtype, layout), _ = max(by_kind.items(), key=lambda item: item[1])
+        out[op_id] = (dtype, layout, sum(by_kind.values()))
+    return out
+
+
+def _as_ran(op: Operation, dtype: str, layout: str, sweep_dtype: str) -> Operation:
+    if not dtype and not layout:
+        return op
+    changed = replace(op, dtype=dtype, memory_format=layout)
+    if dtype and DTYPE_BYTES.get(dtype) != DTYPE_BYTES.get(sweep_dtype):
+        flops, moved = operation_cost(op.op_type, op.param_dict, DTYPE_BYTES.get(dtype, 4))
+        changed = replace(changed, flops=flops or op.flops, bytes_moved=moved or op.bytes_moved)
+    return changed
+
+
+def emulation_notes(table: pd.DataFrame, sweep_dtype: str, device: str) -> list[str]:
+    """One line per dtype that ran on a machine without instructions for it: still benchmarked, as it ran."""
+    from dlbench.backends.torch.peaks import emulation
+
+    notes = []
+    for dtype, count in table.loc[table["dtype"] != sweep_dtype, "dtype"].value_counts().items():
+        why = emulation(str(dtype), device)
+        if why:
+            notes.append(f"{count} operation(s) ran in {dtype} and are benchmarked in it, as they ran: {why}")
+    return notes

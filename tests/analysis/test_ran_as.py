@@ -1,0 +1,137 @@
+"""Each operation of a real profiled step in the dtype and memory format it ran: a small CNN trained under
+bfloat16 autocast in channels_last has its convolutions and GEMM benchmarked in bfloat16 (forward and the
+backward autograd ran), its loss in float32, its convolutions in channels_last; the float32 twin keeps every
+operation at the sweep's default."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+from torch import nn
+
+from dlbench.analysis.match import load_table, match_profile
+from dlbench.analysis.ran_as import call_dtype, step_as_ran
+from dlbench.analysis.step_run import read_step_profile, step_run
+from dlbench.training.instrument import ProfileSession, ProfileSettings
+
+
+class TinyNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1, bias=False)
+        self.bn = nn.BatchNorm2d(8)
+        self.fc = nn.Linear(8 * 8 * 8, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.fc(torch.flatten(torch.relu(self.bn(self.conv(x))), 1))
+
+
+def evaluated_step(tmp_path: Path, amp: str, channels_last: bool):
+    """Train TinyNet for two steps (the second profiled) as a script would (fp16 with a GradScaler), export it,
+    and make its training step as the evaluation does: (the step before, the step as it ran, the profile)."""
+    from dlbench.onnx.extract import extract_operations
+    from dlbench.onnx.opdb import deduplicate
+    from dlbench.onnx.step import graph_facts, training_step
+    from dlbench.onnx.unfold import load_table as load_unfold_table
+    from dlbench.onnx.unfold import unfold_operations
+
+    torch.manual_seed(0)
+    model, x, y = TinyNet(), torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,))
+    layout = torch.channels_last if channels_last else torch.contiguous_format
+    model, x = model.to(memory_format=layout), x.contiguous(memory_format=layout)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
+    lower = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
+    scaler = torch.amp.GradScaler("cpu") if amp == "fp16" else None
+    session = ProfileSession(ProfileSettings(warmup=1, batches=1, out_dir=tmp_path / "profile"))
+    for step in range(2):
+        with session.batch(step):
+            optimizer.zero_grad(set_to_none=True)
+            with torch.autocast("cpu", dtype=lower or torch.float32, enabled=lower is not None):
+                loss = nn.functional.cross_entropy(model(x), y)
+            if scaler is None:
+                loss.backward()
+                optimizer.step()
+            else:
+                scaler.scale(loss).backward()
+                scaler.step(optimizer)
+                scaler.update()
+    session.finish()
+    onnx_path = tmp_path / "tiny.onnx"
+    model.eval()
+    torch.onnx.export(model, (x,), str(onnx_path), opset_version=17, dynamo=False,
+                      training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)  # fmt: skip
+    facts = json.loads((tmp_path / "profile" / "run_facts.json").read_text())
+    extraction = extract_operations(onnx_path, 4, training=True)
+    forward = deduplicate(extraction.operations())
+    profile, folded = read_step_profile(tmp_path / "profile")
+    graph = graph_facts(onnx_path, 4).with_inferred_outputs(extraction.nodes)
+    table = load_table()
+    step = training_step(forward, unfold_operations(forward, load_unfold_table()), graph, table.training,
+                         4, step_run(facts, profile, folded))  # fmt: skip
+    ran, ran_table = step_as_ran(step, profile, table, facts, "float32", "cpu")
+    return step, ran, ran_table, profile
+
+
+def kinds(step) -> dict[str, set[tuple[str, str]]]:
+    out: dict[str, set[tuple[str, str]]] = {}
+    for op in step.operations:
+        out.setdefault(f"{op.op_type}/{step.pass_of(op.id)}", set()).add((op.dtype, op.memory_format))
+    return out
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_bfloat16_channels_last_step_is_benchmarked_as_it_ran(tmp_path: Path):
+    _, ran, table, profile = evaluated_step(tmp_path, "bf16", channels_last=True)
+    got = kinds(ran)
+    assert got["Conv/forward"] == {("bfloat16", "channels_last")}
+    assert got["Conv/backward_weights"] == {("bfloat16", "channels_last")}
+    assert got["Gemm/forward"] == {("bfloat16", "")}
+    assert {("bfloat16", "")} <= got["Gemm/backward_a"] | got["Gemm/backward_b"]
+    # the batch norm, relu and their gradients ran on the convolution's bfloat16 output, in its layout
+    assert got["BatchNormalization/forward"] == {("bfloat16", "channels_last")}
+    assert got["Relu/backward"] == {("bfloat16", "channels_last")}
+    # autocast ran the loss in float32 (the sweep's own: empty); the optimizer updates the float32 weights
+    assert got["SoftmaxCrossEntropyLoss/loss_forward"] == {("", "")}
+    assert all(pair == ("", "") for kind, pairs in got.items() if kind.endswith("/optimizer") for pair in pairs)
+    sources = dict(zip(table["id"], table["source"], strict=True))
+    assert {sources[op.id] for op in ran.operations if op.op_type == "Conv"} == {"profile"}
+    # the casts autocast inserted: each weight and the input to bfloat16 once per forward, the weights'
+    # gradients back to float32; each one operation, its profiled calls matched to it and not framework
+    casts = {(op.param_dict["N"] * op.param_dict["C"] * op.param_dict["H"] * op.param_dict["W"], op.dtype,
+              op.param_dict["to"]): op.count for op in ran.operations if ran.pass_of(op.id) == "autocast"}  # fmt: skip
+    assert casts[(8 * 3 * 3 * 3, "float32", 16)] == 1 and casts[(10 * 512, "float32", 16)] == 1
+    assert casts[(4 * 3 * 8 * 8, "float32", 16)] == 1
+    assert casts[(8 * 3 * 3 * 3, "bfloat16", 1)] == 1 and casts[(10 * 512, "bfloat16", 1)] == 1
+    result = match_profile(profile, ran.operations, ran.passes, load_table())
+    copies = result.rows[result.rows["name"] == "aten::copy_"]
+    assert set(copies.loc[copies["status"] == "matched", "category"]) == {"Cast/autocast"}
+    cast_ids = {op.id for op in ran.operations if op.op_type == "Cast"}
+    assert all(result.assigned_us.get(i, 0) > 0 for i in cast_ids)
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_float16_step_with_a_grad_scaler_has_its_unscale_and_update(tmp_path: Path):
+    _, ran, _, _ = evaluated_step(tmp_path, "fp16", channels_last=False)
+    (unscale,) = [op for op in ran.operations if op.op_type == "AmpUnscale"]
+    (update,) = [op for op in ran.operations if op.op_type == "AmpUpdateScale"]
+    parameters = sum(p.numel() for p in TinyNet().parameters())
+    assert unscale.param_dict == {"tensors": 5, "elements": parameters} and unscale.count == 1
+    assert ran.pass_of(unscale.id) == ran.pass_of(update.id) == "grad_scaler"
+    assert kinds(ran)["Conv/forward"] == {("float16", "")}
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_a_float32_step_keeps_the_sweeps_default(tmp_path: Path):
+    step, ran, table, _ = evaluated_step(tmp_path, "none", channels_last=False)
+    assert ran.operations == step.operations
+    assert set(table["dtype"]) == {"float32"} and set(table["memory_format"]) == {"contiguous"}
+    assert ran.notes == step.notes
+
+
+def test_a_call_computes_in_its_first_floating_input_that_is_not_a_scalar():
+    assert call_dtype("[[],[4,10],[4]]", '["float32","bfloat16","int64"]') == "bfloat16"
+    assert call_dtype("[[4],[]]", '["int64",""]') == ""
+    assert call_dtype("[[]]", '["float16"]') == "float16"
