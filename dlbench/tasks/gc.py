@@ -51,8 +51,12 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     )
     removed = []
     for path in unreferenced(target, ctx.start_dir, cfg.gc.stale_after_s):
-        removed.append((path, path.stat().st_size))
-        path.unlink(missing_ok=True)
+        try:
+            size = path.stat().st_size
+            path.unlink()
+        except FileNotFoundError:  # another gc took it
+            continue
+        removed.append((path, size))
     for path, size in removed:
         print(f"  removed {path} ({_mb(size)})")
     print(f"task=gc: removed {len(removed)} model file(s) no run refers to ({_mb(sum(s for _, s in removed))})")

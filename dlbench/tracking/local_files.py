@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import shutil
 import time
 from pathlib import Path
 
@@ -51,8 +52,10 @@ def store_model(path: Path, models: Path) -> Path:
     stored = models / f"{sha256_of(path)}{path.suffix or '.onnx'}"
     if stored.exists():
         path.unlink()
-    else:
-        os.replace(path, stored)  # the run folder and .dlbench/models share the file system (both in .dlbench/)
+    else:  # a rename where both are on one file system; else a copy to a hidden name, renamed once whole
+        partial = models / f".{stored.name}.{os.getpid()}.partial"
+        shutil.move(path, partial)
+        os.replace(partial, stored)
     os.utime(stored)
     return stored
 
