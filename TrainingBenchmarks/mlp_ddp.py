@@ -64,7 +64,9 @@ def prepare_rank_environment(rank: int) -> None:
     publishes nothing."""
     if rank == 0:
         return
-    base = Path(os.environ.get(PROFILE_DIR) or "dlbench_profile")
+    from dlbench.training.instrument import DEFAULT_DIR
+
+    base = Path(os.environ.get(PROFILE_DIR) or DEFAULT_DIR)
     os.environ[PROFILE_DIR] = str(base / f"rank{rank}")
     for name in RANK_ZERO_ONLY:
         os.environ.pop(name, None)

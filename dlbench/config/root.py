@@ -59,7 +59,7 @@ class DlbenchConfig:
     #: task=benchmark_model: take results of operations already measured on this system with the same
     #: implementation, dtype, threads, measurement settings and dlbench version from the reuse store
     reuse: bool = True
-    #: the reuse store (SQLite); empty: ``dlbench_reuse.db`` beside a SQLite MLflow store, else in the
+    #: the reuse store (SQLite); empty: ``.dlbench/dlbench_reuse.db`` beside a SQLite MLflow store, else in the
     #: directory dlbench was started from
     reuse_store: str = ""
     output_dir: str = ""

@@ -1,8 +1,9 @@
 """The reuse store: one SQLite table of operation results, keyed by everything that makes a measurement
 comparable (system, implementation, device, dtype, threads, measurement settings, dlbench version) and the
 operation itself (op type and parameters). An operation already measured under the same key is reused,
-not measured again. The store sits beside the MLflow store; it holds copies of what the runs logged, so a
-corrupt file is set aside with a warning and rebuilt, never a reason to fail."""
+not measured again. The store sits in dlbench's own folder ``.dlbench/`` beside the MLflow store (or where the
+user names it: ``reuse_store``); it holds copies of what the runs logged, so a corrupt file is set aside with a
+warning and rebuilt, never a reason to fail."""
 
 from __future__ import annotations
 

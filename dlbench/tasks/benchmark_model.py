@@ -47,6 +47,7 @@ from dlbench.operators.plan import (
 from dlbench.operators.registry import OperatorBenchmark, load_registry
 from dlbench.operators.reuse import FILE_NAME, Reused, ReuseKey, ReuseStore, costs, operation_params
 from dlbench.operators.runner import run_settings
+from dlbench.tracking.local_files import local_folder
 from dlbench.tracking.runs import job_run_name, open_run
 from dlbench.tracking.store import resolve_tracking
 
@@ -110,14 +111,13 @@ class Reuse:
 
 
 def reuse_store_path(cfg: DlbenchConfig, ctx: AppContext) -> Path:
-    """``reuse_store``, else ``dlbench_reuse.db`` beside a SQLite MLflow store, else where dlbench started."""
+    """``reuse_store``, else ``dlbench_reuse.db`` in dlbench's own folder ``.dlbench/`` (beside a SQLite MLflow
+    store, else where dlbench started: :func:`dlbench.tracking.local_files.local_folder`)."""
     if cfg.reuse_store:
         path = Path(cfg.reuse_store).expanduser()
         return path if path.is_absolute() else ctx.start_dir / path
     uri = resolve_tracking(cfg.mlflow.tracking_uri, cfg.mlflow.experiment, ctx.start_dir).uri
-    if uri.startswith("sqlite:///"):
-        return Path(uri[len("sqlite:///") :]).parent / FILE_NAME
-    return ctx.start_dir / FILE_NAME
+    return local_folder(uri, ctx.start_dir) / FILE_NAME
 
 
 def run(cfg: DlbenchConfig, ctx: AppContext) -> int:

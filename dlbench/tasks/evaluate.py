@@ -63,6 +63,7 @@ from dlbench.operators.reference import (
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
 from dlbench.operators.step_benchmarks import measure_reference, measure_step
+from dlbench.tracking.local_files import keep_model
 from dlbench.tracking.runs import job_run_name, open_run
 from dlbench.training.facts import effective_params, script_params
 from dlbench.training.profile import BATCHES_FILE
@@ -324,7 +325,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         evaluation = Evaluation(frame, terms, matched, metrics, t.profiled_ms, tuple(notes), found, tuple(findings),
                                 rounds.frame())  # fmt: skip
         log_evaluation(run, evaluation, cfg.backend, f"{bench.name} bs{t.batch_size} {cfg.backend} {device}")
-        log_training_files(run, t.trained, setup.workdir)
+        log_training_files(run, t.trained, setup.workdir, ctx.start_dir)
         print_evaluation(run.run_name, run.run_id, evaluation)
     return 0
 
@@ -362,10 +363,11 @@ def predict_step(
     return terms, metrics, dp_notes
 
 
-def log_training_files(run, trained: TrainingRun, workdir: Path) -> None:
-    """The trained network, the profile's tables, traces and tensor records, the script's stderr, as artifacts."""
+def log_training_files(run, trained: TrainingRun, workdir: Path, start_dir: Path) -> None:
+    """The profile's tables, traces and tensor records, the script's stderr, as artifacts; the trained network
+    stored once (``.dlbench/models/``, tag ``dlbench.model_file``: :func:`dlbench.tracking.local_files.keep_model`)."""
     assert trained.model_path is not None
-    run.log_artifact(trained.model_path, "model")
+    keep_model(run, trained.model_path, start_dir)
     run.log_files(sorted(trained.profile_dir.glob("*.csv")) + sorted(trained.profile_dir.glob("*.json*")), "profile")
     run.log_files([workdir / "stderr.txt"])
 

@@ -54,6 +54,7 @@ from dlbench.operators.step_rounds import (
     round_samples,
     step_round_settings,
 )
+from dlbench.tracking.local_files import keep_model
 from dlbench.tracking.run import TrackedRun
 from dlbench.tracking.runs import job_run_name, open_run
 from dlbench.training import serve
@@ -138,7 +139,10 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         for key, value in agreement.items():
             if value > 1e-3:
                 log.warning("the engines' outputs differ (%s: %.3g of the largest output)", key, value)
+        if served:  # the script's network as it served, stored once (.dlbench/models/)
+            keep_model(run, served.model, ctx.start_dir)
         print(f"MLflow run {run.run_id} ({run.target.uri}, experiment {run.target.experiment})")
+    fixed_path.unlink()  # a scratch copy at the batch timed: the run names its source (model_sha256) and batch
     if not summary["error_pct"].notna().any():
         reasons = "; ".join(f"{engine}: {why}" for engine, why in problems.items())
         raise TaskFailed(f"no engine was both predicted and measured: {reasons}")

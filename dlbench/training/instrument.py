@@ -73,7 +73,9 @@ PROGRESS_INTERVAL_S = 0.5
 
 DEFAULT_WARMUP = 5
 DEFAULT_BATCHES = 3
-DEFAULT_DIR = "dlbench_profile"
+#: where a script run on its own (not by dlbench, which names a folder per run) writes its profile: under
+#: ``.dlbench/``, dlbench's own folder, never loose in the folder it ran from
+DEFAULT_DIR = ".dlbench/profile"
 
 
 def _env_int(name: str, default: int) -> int:

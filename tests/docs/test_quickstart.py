@@ -1,9 +1,13 @@
 """The quick start page runs as written: every command of its ```bash blocks, in order, as argument lists (no
 shell), in a folder of its own where the commands make their own MLflow store; a command that starts a server
-(`mlflow ui`) is started, must answer over HTTP with the runs the commands before it made, and is stopped."""
+(`mlflow ui`) is started, must answer over HTTP with the runs the commands before it made, and is stopped.
+Afterwards the folder holds nothing but the store, its artifacts and ``.dlbench/`` (as ``git clean -ndx`` sees
+it), and no model file twice."""
 
 from __future__ import annotations
 
+import collections
+import hashlib
 import json
 import os
 import re
@@ -58,11 +62,11 @@ def post_json(url: str, body: dict) -> dict:
         return json.loads(response.read())
 
 
-def check_server(argv: list[str], folder: Path) -> None:
+def check_server(argv: list[str], folder: Path, logs: Path) -> None:
     """Start the server on a free port (another may hold the default one), read the runs of the folder's store
-    through its REST API, stop it."""
+    through its REST API, stop it; its output goes to ``logs``."""
     port = free_port()
-    log = folder / f"server-{port}.log"
+    log = logs / f"server-{port}.log"
     with log.open("w") as out:
         server = subprocess.Popen(
             [*runnable(argv), "--host", "127.0.0.1", "--port", str(port), "--workers", "1"],
@@ -93,16 +97,50 @@ def test_the_quick_start_page_has_a_command_for_each_of_the_five_things_users_do
         assert any(wanted in command for command in commands), wanted
 
 
+def git(folder: Path, *args: str) -> str:
+    identity = ("-c", "user.name=quickstart", "-c", "user.email=quickstart@localhost")
+    done = subprocess.run(["git", *identity, *args], cwd=folder, capture_output=True, text=True, check=True)
+    return done.stdout
+
+
+def left_behind(folder: Path) -> list[str]:
+    """What ``git clean -ndx`` would remove from ``folder``: every file the commands made, ignored or not."""
+    return [line.removeprefix("Would remove ") for line in git(folder, "clean", "-ndx").splitlines()]
+
+
+def model_copies(folder: Path, own: set[Path]) -> dict[str, list[str]]:
+    """The model files dlbench keeps under ``folder`` (links not followed; the user's ``own`` left out) by
+    content, where one content is stored more than once."""
+    by_content = collections.defaultdict(list)
+    for root, _, files in os.walk(folder):
+        for path in (Path(root) / f for f in files if f.endswith(".onnx")):
+            if path not in own:
+                by_content[hashlib.sha256(path.read_bytes()).hexdigest()].append(str(path.relative_to(folder)))
+    return {digest: paths for digest, paths in by_content.items() if len(paths) > 1}
+
+
 @pytest.mark.slow
 def test_every_quick_start_command_runs_in_order_on_a_fresh_store(tmp_path: Path) -> None:
-    (tmp_path / "TrainingBenchmarks").symlink_to(REPO / "TrainingBenchmarks")  # the page runs in the project
+    project = tmp_path / "project"  # a clone as git sees it: the training scripts, committed
+    project.mkdir()
+    (project / "TrainingBenchmarks").symlink_to(REPO / "TrainingBenchmarks")
+    git(project, "init", "-q")
+    git(project, "add", "TrainingBenchmarks")
+    git(project, "commit", "-q", "-m", "the scripts the page runs")
+    exported = set()
     for argv in bash_commands(QUICKSTART.read_text(encoding="utf-8")):
         if tuple(argv[:2]) in SERVERS:
-            check_server(argv, tmp_path)
+            check_server(argv, project, tmp_path)
             continue
+        if "--export-onnx" in argv:
+            exported.add(project / argv[argv.index("--export-onnx") + 1])
         result = subprocess.run(
-            runnable(argv), cwd=tmp_path, env=clean_env(), capture_output=True, text=True,
+            runnable(argv), cwd=project, env=clean_env(), capture_output=True, text=True,
             timeout=COMMAND_TIMEOUT_S, check=False,
         )  # fmt: skip
         assert result.returncode == 0, f"{' '.join(argv)} exited {result.returncode}: {result.stderr[-3000:]}"
-    assert (tmp_path / "mlflow.db").is_file()
+    assert (project / "mlflow.db").is_file()
+    allowed = (".dlbench/", "mlflow.db", "mlruns/")
+    assert [p for p in left_behind(project) if not p.startswith(allowed)] == []
+    assert list((project / ".dlbench" / "models").glob("*.onnx")), "the evaluation keeps its trained network"
+    assert model_copies(project, exported) == {}, "each model file is stored once"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import math
 from io import StringIO
 from pathlib import Path
@@ -114,8 +115,14 @@ def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_
     assert bool(per_type.loc["Gemm", "covered"])
     artifacts = {a.path for a in _list(store, run.info.run_id)}
     for expected in ("predicted_vs_measured.png", "time_breakdown.png", "time_breakdown.csv", "unmatched_ops.csv",
-                     "profile_matching.csv", "notes.txt", "model", "profile", "protocol"):  # fmt: skip
+                     "profile_matching.csv", "notes.txt", "profile", "protocol"):  # fmt: skip
         assert expected in artifacts, f"{expected} missing from {sorted(artifacts)}"
+    # the trained network, stored once by its content beside the store, not copied into the run's artifacts
+    stored = (
+        Path(store.uri.removeprefix("sqlite:///")).parent / ".dlbench" / "models" / run.data.tags["dlbench.model_file"]
+    )
+    assert hashlib.sha256(stored.read_bytes()).hexdigest() == run.data.tags["dlbench.model_sha256"]
+    assert "model" not in artifacts
     assert "measured" in result.stdout and "predicted" in result.stdout
 
 

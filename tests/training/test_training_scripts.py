@@ -100,4 +100,4 @@ def test_export_onnx_writes_a_valid_model_with_a_dynamic_batch(name: str, tmp_pa
     assert EXPECTED_ONNX_NODES[name] <= set(op_types), op_types
     batch_dim = model.graph.input[0].type.tensor_type.shape.dim[0]
     assert batch_dim.dim_param == "batch"
-    assert not (tmp_path / "dlbench_profile").exists()  # exporting does not train
+    assert not (tmp_path / ".dlbench").exists()  # exporting does not train (no profile in .dlbench/profile)
