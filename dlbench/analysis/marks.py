@@ -12,7 +12,8 @@ OK = "ok"
 #: What each known status means for the number beside it; any other status is marked as well
 STATUS_MEANINGS = {
     "unstable": "did not converge: the median's 95% interval stayed wider than measure.target_rel_ci",
-    "contended": "its threads waited for cores other work held while it was timed: the time is too long",
+    "contended": "its threads waited for cores other work held while it was timed: the time is an upper bound "
+    "(totals count it apart)",
     "unsupported": "cannot be posed by this implementation (see the error column)",
     "failed": "no measurement (see the error column)",
 }

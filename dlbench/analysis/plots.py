@@ -45,6 +45,16 @@ def _marked(frame: pd.DataFrame) -> pd.Series:
     return frame["marked"].astype(bool) if "marked" in frame else pd.Series(False, index=frame.index)
 
 
+def _with_upper_bounds(jobs: pd.DataFrame, column: str) -> tuple[pd.Series, pd.Series]:
+    """A jobs' total (``total_time_ms``, ``time_per_sample_ms``), where a job has none its total with the
+    contended operations (``total_time_with_contended_ms``: an upper bound), and which values are such bounds."""
+    nothing = pd.Series(float("nan"), index=jobs.index)
+    clean = pd.to_numeric(jobs.get(column, nothing), errors="coerce")
+    upper = pd.to_numeric(jobs.get(column.replace("_ms", "_with_contended_ms"), nothing), errors="coerce")
+    bound = clean.isna() & upper.notna()
+    return clean.fillna(upper), bound
+
+
 def _pyplot():
     import matplotlib
 
@@ -263,8 +273,9 @@ def plot_sweep_operations(
     operations: pd.DataFrame, jobs: pd.DataFrame, x: str, xlabel: str, title: str, numeric: bool = True
 ):
     """A sweep's operations against the swept value (the batch size: log-log): median time per call, time
-    per sample, GFLOP/s, and the jobs' totals (sum of median x occurrences, and per sample). Rows whose
-    ``marked`` column is true (a status other than ok, a noisy run) are drawn hollow."""
+    per sample, GFLOP/s, and the jobs' totals (sum of median x occurrences, and per sample; a job whose
+    operations were contended with its total over them, an upper bound). Rows whose ``marked`` column is true
+    (a status other than ok, a noisy run) and such totals are drawn hollow."""
     plt = _pyplot()
     x_order = [] if numeric else list(dict.fromkeys(jobs.sort_values(x)[x]))
     fig, axes = plt.subplots(2, 2, figsize=(13, 8.5))
@@ -291,9 +302,11 @@ def plot_sweep_operations(
     total_styles = (("C0", "s", "-"), ("C1", "D", "--"))
     for (column, label), style in zip((("total_time_ms", "total (median x occurrences)"),
                                        ("time_per_sample_ms", "per sample")), total_styles, strict=True):  # fmt: skip
-        if column in totals and totals[column].notna().any():
-            sub = totals.dropna(subset=[column])
-            hollow |= draw_series(ax, _along(sub, x, x_order), sub[column], _marked(sub), style, label)
+        values, bound = _with_upper_bounds(totals, column)
+        if values.notna().any():
+            sub = totals.assign(**{column: values})[values.notna()]
+            hollow |= draw_series(ax, _along(sub, x, x_order), sub[column], _marked(sub) | bound[sub.index], style,
+                                  label)  # fmt: skip
     ax.set_ylabel("workload time [ms]")
     _log_y(ax)
     ax.legend(fontsize=8)

@@ -12,7 +12,7 @@ import pandas as pd
 from dlbench.analysis.marks import status_notes
 from dlbench.analysis.plots import plot_results
 from dlbench.analysis.results import (
-    measured_rows,
+    UPPER_BOUND_STATUSES,
     operation_metrics,
     readable,
     results_frame,
@@ -66,7 +66,7 @@ def log_sweep(
     failed = frame[~frame["status"].isin(("ok", "unstable", "contended"))]
     if len(failed):
         run.log_table(failed[["id", "name", "error"]], "failed_operations.csv")
-    if len(measured_rows(frame)):
+    if frame["median_ms"].notna().any():  # contended operations too: drawn marked, their times upper bounds
         busy = result.interference is not None and result.interference.noisy
         fig = plot_results(frame, f"{title}: machine busy (tag dlbench.noisy), timings distorted" if busy else title)
         run.log_figure(fig, "results.png")
@@ -120,27 +120,42 @@ def run_note(title: str, frame: pd.DataFrame, metrics: Mapping[str, float], batc
         lines += ["| operation | median ms | occurrences | total ms | share | GFLOP/s |", "|---|---|---|---|---|---|"]
         for row in slowest.itertuples(index=False):
             share = f"{row.share * 100:.1f} %" if row.share == row.share else "-"
+            bound = f" ({row.status}: an upper bound)" if row.status in UPPER_BOUND_STATUSES else ""
             lines.append(
-                f"| {row.key} | {_number(row.median_ms)} | {int(row.count)} | {_number(row.total_ms)} | {share} "
+                f"| {row.key}{bound} | {_number(row.median_ms)} | {int(row.count)} | {_number(row.total_ms)} | {share} "
                 f"| {_number(row.gflops_per_s)} |"
             )
     lines += ["", "Every operation: `results.csv`; per operation also the metrics `op/<operation>/median_ms`."]
     return "\n".join(lines)
 
 
-def total_line(metrics: Mapping[str, float], batch_size: int) -> str:
-    """The run note's total: the workload's time, or NA with the partial sum where operations have no time."""
-    missing = int(metrics.get("operations_missing", 0))
-    if missing:
+def total_line(metrics: Mapping[str, float], batch_size: int | None) -> str:
+    """The run note's total, as the table shows it: the workload's time; or, where operations are contended
+    or have no time, the sum without them and (contended) the sum with them, an upper bound."""
+    at = f" at batch size {batch_size}" if batch_size else ""
+    contended = int(metrics.get("operations_contended", 0))
+    without_time = int(metrics.get("operations_without_time", metrics.get("operations_missing", 0)))
+    if not contended and not without_time:
+        per_sample = f", {_number(metrics.get('time_per_sample_ms'), ' ms')} per sample" if batch_size else ""
         return (
-            f"- **Total time**: NA, {missing} operation(s) without a time; the measured ones sum to "
-            f"{_number(metrics.get('partial_total_time_ms'), ' ms')} (`partial_total_time_ms`) at batch size "
-            f"{batch_size}"
+            f"- **Total time** (median x occurrences): {_number(metrics.get('total_time_ms'), ' ms')}{at}{per_sample}"
         )
-    return (
-        f"- **Total time** (median x occurrences): {_number(metrics.get('total_time_ms'), ' ms')} at batch size "
-        f"{batch_size}, {_number(metrics.get('time_per_sample_ms'), ' ms')} per sample"
+    parts = []
+    if without_time:
+        parts.append(f"{without_time} operation(s) without a time")
+    if contended:
+        parts.append(f"{contended} contended (their threads waited for cores: their times are upper bounds)")
+    counted = metrics.get("partial_total_time_ms")
+    clean = (
+        f"the uncontended, timed ones sum to {_number(counted, ' ms')} (`partial_total_time_ms`)"
+        if counted is not None
+        else "no operation has a clean time"
     )
+    line = f"- **Total time**: NA, {' and '.join(parts)}; {clean}"
+    if contended:
+        upper = _number(metrics.get("total_time_with_contended_ms"), " ms")
+        line += f"; with the contended ones {upper}, an upper bound (`total_time_with_contended_ms`)"
+    return line + at
 
 
 def training_note(title: str, metrics: Mapping[str, float]) -> str:
@@ -199,6 +214,7 @@ def print_summary(frame, run_name: str, run_id: str, result: SweepResult | None 
         print(readable(frame[columns]).to_string(index=False, float_format=lambda v: f"{v:.4g}", na_rep="NA"))
     for line in status_notes(frame["status"], frame["name"]):  # every status but ok: unstable, contended, ...
         print(line)
+    print(total_line(summary_metrics(frame), None).removeprefix("- ").replace("**", ""))
     report = result.interference if result is not None else None
     if report is not None and report.noisy:
         print(f"the machine was busy (tag dlbench.noisy=true): {report.reason}; these timings are distorted")

@@ -27,6 +27,9 @@ MEASURED_STATUSES = ("ok", "unstable")
 TIME_COLUMNS = [c for c in STAT_COLUMNS if c.endswith("_ms") or c == "rel_ci"]
 #: Row statuses every run reports a count of (``operations_<status>``), present or not
 COUNTED_STATUSES = ("ok", "unstable", "contended", "unsupported", "failed")
+#: Row statuses whose time is an upper bound: ``contended`` rows waited for cores other work held, so their time
+#: is too long; totals count them apart (``total_time_with_contended_ms``)
+UPPER_BOUND_STATUSES = ("contended",)
 
 
 def operation_key(op: Operation) -> str:
@@ -101,40 +104,69 @@ def measured_rows(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["status"].isin(MEASURED_STATUSES) & frame["median_ms"].notna()]
 
 
+def timed_rows(frame: pd.DataFrame) -> pd.DataFrame:
+    """The rows with a time, contended ones (an upper bound) included."""
+    return frame[frame["status"].isin((*MEASURED_STATUSES, *UPPER_BOUND_STATUSES)) & frame["median_ms"].notna()]
+
+
+def _occurrences(rows: pd.DataFrame) -> pd.Series:
+    return rows["count"].fillna(1).astype(float) if "count" in rows else pd.Series(1.0, index=rows.index)
+
+
+def _workload_ms(rows: pd.DataFrame) -> float:
+    """Median x occurrences, summed."""
+    return float((rows["median_ms"].astype(float) * _occurrences(rows)).sum())
+
+
 def summary_metrics(frame: pd.DataFrame, batch_size: int | None = None) -> dict[str, float]:
     """The run-level scalars every operator run carries, each meaning the same in every run:
 
-    ``operations_<status>``: rows per status (ok, failed, and any other a row has); ``operations_missing``:
-    rows without a time (failed, unsupported, not measured); ``totals_complete``: 1 when none is missing.
+    ``operations_<status>``: rows per status (ok, failed, and any other a row has); ``operations_without_time``:
+    rows without a time (failed, unsupported, not measured); ``operations_missing``: rows the total does not
+    count, those and the contended ones; ``totals_complete``: 1 when none is missing.
     ``total_time_ms``: sum over operations of median x occurrences (``count``), the workload's time;
     ``time_per_sample_ms``: that over the batch size; ``distinct_operations_time_ms``: each distinct
-    operation once. These three exist only when every operation has a time: a sum with holes is not the
-    workload's time, so it is ``partial_total_time_ms`` instead (the same sum over the measured rows, never
-    divided per sample). ``gflops_per_s_mean``: the measured operations' FLOPs (occurrences counted) over
-    their time, i.e. the time-weighted mean; ``gflops_per_s_median`` and ``gflops_per_s_max`` over them.
+    operation once. These three exist only when every operation has a clean time: a sum with holes is not the
+    workload's time, so it is ``partial_total_time_ms`` instead (the same sum over the counted rows, never
+    divided per sample; absent when no row counts). Where operations are contended (their threads waited for
+    cores, so their times are too long), ``total_time_with_contended_ms`` adds them in: an upper bound of the
+    workload's time, and when no operation lacks a time, ``time_per_sample_with_contended_ms`` too.
+    ``gflops_per_s_mean``: the counted operations' FLOPs (occurrences counted) over their time, i.e. the
+    time-weighted mean; ``gflops_per_s_median`` and ``gflops_per_s_max`` over them.
     """
     counts = frame["status"].value_counts()
     metrics = {f"operations_{status}": float(counts.get(status, 0)) for status in (*COUNTED_STATUSES, *counts.index)}
     if "machine_busy" in frame:
         metrics["operations_machine_busy"] = float(frame["machine_busy"].eq(True).sum())
-    measured = measured_rows(frame)
+    measured, timed = measured_rows(frame), timed_rows(frame)
     missing = len(frame) - len(measured)
     metrics["operations_missing"] = float(missing)
+    metrics["operations_without_time"] = float(len(frame) - len(timed))
     metrics["totals_complete"] = float(missing == 0)
+    if len(timed) > len(measured):  # contended rows with a time: the total with them, an upper bound
+        metrics["total_time_with_contended_ms"] = _workload_ms(timed)
+        if batch_size and len(timed) == len(frame):
+            metrics["time_per_sample_with_contended_ms"] = metrics["total_time_with_contended_ms"] / batch_size
     if not len(measured):
         return metrics
-    median = measured["median_ms"].astype(float)
-    count = measured["count"].fillna(1).astype(float)
-    total_ms = float((median * count).sum())
+    total_ms = _workload_ms(measured)
     if missing:
         metrics["partial_total_time_ms"] = total_ms
     else:
         metrics["total_time_ms"] = total_ms
-        metrics["distinct_operations_time_ms"] = float(median.sum())
+        metrics["distinct_operations_time_ms"] = float(measured["median_ms"].astype(float).sum())
         if batch_size:
             metrics["time_per_sample_ms"] = total_ms / batch_size
-    flops = pd.to_numeric(measured["flops"], errors="coerce").fillna(0) * count
-    rates = pd.to_numeric(measured["gflops_per_s"], errors="coerce").dropna()
+    metrics.update(_rates(measured, total_ms))
+    return metrics
+
+
+def _rates(measured: pd.DataFrame, total_ms: float) -> dict[str, float]:
+    """GFLOP/s over the counted rows, and the collectives' best bus bandwidth."""
+    metrics: dict[str, float] = {}
+    missing = pd.Series(float("nan"), index=measured.index)
+    flops = pd.to_numeric(measured.get("flops", missing), errors="coerce").fillna(0) * _occurrences(measured)
+    rates = pd.to_numeric(measured.get("gflops_per_s", missing), errors="coerce").dropna()
     if flops.sum() > 0 and total_ms > 0:
         metrics["gflops_per_s_mean"] = float(flops.sum() / (total_ms * 1e6))
     if len(rates):
@@ -187,8 +219,9 @@ def operation_metrics(frame: pd.DataFrame, limit: int) -> tuple[dict[str, float]
 
 
 def slowest_operations(frame: pd.DataFrame, n: int = 5) -> pd.DataFrame:
-    """The ``n`` measured operations with the largest median x occurrences, with their share of the total."""
-    measured = measured_rows(frame).copy()
+    """The ``n`` timed operations (contended ones too: their ``status`` says so) with the largest median x
+    occurrences, with their share of the total over them."""
+    measured = timed_rows(frame).copy()
     measured["count"] = measured["count"].fillna(1).astype(int)
     measured["total_ms"] = measured["median_ms"].astype(float) * measured["count"]
     total = float(measured["total_ms"].sum())

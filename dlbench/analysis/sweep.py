@@ -14,7 +14,8 @@ from dlbench.analysis.marks import marked_values, run_marks
 
 SUMMED_KINDS = ("operator_sweep", "training", "evaluation", "model_benchmark")
 #: Per-run columns of the jobs table, where the runs have them
-JOB_METRICS = ("total_time_ms", "time_per_sample_ms", "gflops_per_s_mean", "operations_ok", "operations_failed",
+JOB_METRICS = ("total_time_ms", "time_per_sample_ms", "total_time_with_contended_ms",
+               "time_per_sample_with_contended_ms", "gflops_per_s_mean", "operations_ok", "operations_failed",
                "step_time_s_median", "samples_per_s_median", "step_time_predicted_ms", "step_time_measured_ms",
                "model_total_ms")  # fmt: skip
 #: Operations drawn per figure (the costliest); the tables hold all
@@ -116,6 +117,7 @@ def _number(value: object, unit: str = "") -> str:
 NOTE_COLUMNS = (
     ("total time ms (median x occurrences)", "total_time_ms", 1.0),
     ("ms per sample", "time_per_sample_ms", 1.0),
+    ("total ms with contended operations (upper bound)", "total_time_with_contended_ms", 1.0),
     ("GFLOP/s (all FLOPs / all time)", "gflops_per_s_mean", 1.0),
     ("step time ms (median)", "step_time_s_median", 1e3),
     ("samples/s (median)", "samples_per_s_median", 1.0),

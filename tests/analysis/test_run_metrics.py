@@ -71,6 +71,45 @@ def test_an_operation_with_a_status_but_no_median_counts_as_missing() -> None:
     assert metrics["partial_total_time_ms"] == pytest.approx(8.0)
 
 
+def test_contended_operations_give_a_total_with_them_as_an_upper_bound_and_one_without() -> None:
+    frame = _frame()
+    frame.loc[2, ["median_ms", "status"]] = [3.0, "contended"]  # c: 3 ms, 2 occurrences, its threads waited
+    metrics = summary_metrics(frame, batch_size=8)
+    assert metrics["operations_contended"] == 1 and metrics["operations_without_time"] == 0
+    assert metrics["operations_missing"] == 1 and metrics["totals_complete"] == 0, "no total without a caveat"
+    assert "total_time_ms" not in metrics
+    assert metrics["partial_total_time_ms"] == pytest.approx(2.0 * 4 + 1.0), "without the contended one"
+    assert metrics["total_time_with_contended_ms"] == pytest.approx(2.0 * 4 + 1.0 + 3.0 * 2), "an upper bound"
+    assert metrics["time_per_sample_with_contended_ms"] == pytest.approx(15.0 / 8)
+
+
+def test_a_sweep_with_every_operation_contended_still_has_its_total_as_an_upper_bound() -> None:
+    from dlbench.analysis.report import total_line
+
+    frame = _frame()
+    frame.loc[2, "median_ms"] = 3.0
+    frame["status"] = "contended"
+    metrics = summary_metrics(frame, batch_size=8)
+    assert metrics["operations_contended"] == 3 and metrics["operations_without_time"] == 0
+    assert "partial_total_time_ms" not in metrics and "total_time_ms" not in metrics, "no sum of nothing"
+    assert metrics["total_time_with_contended_ms"] == pytest.approx(2.0 * 4 + 1.0 + 3.0 * 2)
+    line = total_line(metrics, 8)
+    assert "15 ms" in line and "upper bound" in line and "3 contended" in line
+    assert "without a time" not in line, "every operation has a time: the table shows them"
+
+
+def test_the_total_line_counts_operations_without_a_time_apart_from_contended_ones() -> None:
+    from dlbench.analysis.report import total_line
+
+    frame = _frame()  # c failed: no time
+    frame.loc[1, "status"] = "contended"
+    metrics = summary_metrics(frame, batch_size=8)
+    assert metrics["operations_without_time"] == 1 and metrics["operations_missing"] == 2
+    line = total_line(metrics, 8)
+    assert "1 operation(s) without a time" in line and "1 contended" in line
+    assert "8 ms" in line and "9 ms" in line  # a alone; a and the contended b (an upper bound)
+
+
 def test_every_status_a_row_has_is_counted() -> None:
     frame = _frame()
     frame.loc[1, "status"] = "unstable"

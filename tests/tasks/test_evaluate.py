@@ -70,7 +70,11 @@ def test_evaluation_of_an_mlp_logs_one_run_with_prediction_tables_and_plots(tmp_
     row_bytes = timed["rotated_bytes"] / timed["rotation_copies"]
     assert (timed["rotated_bytes"] <= timed["cache_cap_bytes"] + row_bytes).all()
     assert m["step_working_set_bytes"] >= timed["footprint_bytes"].max()
-    assert "cache state from the step: working set" in artifact_text(store, run.info.run_id, "notes.txt")
+    notes = artifact_text(store, run.info.run_id, "notes.txt")
+    assert "cache state from the step: working set" in notes
+    # where the cap's cache size came from; an assumed one (no sysfs caches, no GPU L2) is said in the notes
+    assert set(timed["cache_cap_source"]) <= {"sysfs", "gpu", "fallback"}
+    assert ("could not be read" in notes) == (timed["cache_cap_source"] == "fallback").any()
     # evaluate.rounds=2: trained, benchmarked, trained again, benchmarked again; the measured step pools both
     # trainings' steady steps, each round is logged, and the error's interval over the paired rounds holds it
     assert run.data.params["evaluate.rounds"] == "2" and m["evaluation_rounds"] == 2
