@@ -14,9 +14,7 @@ from dlbench.analysis.comparison.interleaved import interleaved_changes
 
 def _rounds(times: np.ndarray) -> pd.DataFrame:
     """A ``_rounds.csv`` from an (operations x rounds) array of medians, every round kept."""
-    return pd.DataFrame(
-        [{"id": i, "round": r + 1, "median_ms": t, "kept": 1} for (i, r), t in np.ndenumerate(times)]
-    )
+    return pd.DataFrame([{"id": i, "round": r + 1, "median_ms": t, "kept": 1} for (i, r), t in np.ndenumerate(times)])
 
 
 def _operations(n: int) -> pd.DataFrame:
@@ -56,9 +54,9 @@ def test_holm_keeps_the_false_alarms_of_many_unchanged_operations_at_alpha():
     assert alarms["corrected"] <= 0.05 * comparisons + 2  # 5% of comparisons, with room for chance
 
 
-def test_a_round_set_aside_on_one_side_is_left_out_of_the_pairs():
+def test_a_round_set_aside_on_one_side_stays_paired_and_is_said():
     a, b = np.full((1, 4), 2.0), np.full((1, 4), 2.0)
     rounds_b = _rounds(b)
     rounds_b.loc[1, "kept"] = 0  # round 2 of B waited for cores
     row = interleaved_changes(_rounds(a), rounds_b, _operations(1)).iloc[0]
-    assert row["verdict"] == "same" and "1 of 4 rounds" in row["why"]
+    assert row["verdict"] == "same" and "B 1 round(s)" in row["why"]

@@ -277,6 +277,8 @@ class Judged:
     machine_note: str = ""
     #: per pair, B / A of the reference probe's readings (NaN where a side has none)
     probe_ratios: tuple[float, ...] = ()
+    #: how the ratios and intervals were made (the summary's last sentence); empty: from stored runs' samples
+    method: str = ""
 
 
 def side_machine(found: pd.DataFrame, run_ids: Sequence[str]) -> dict[str, str]:
