@@ -218,6 +218,7 @@ def run_interleaved(cfg: DlbenchConfig, ctx: AppContext) -> int:
     from dlbench.core.device import resolve_device
     from dlbench.core.errors import ConfigurationError
     from dlbench.operators.compare_sides import differs
+    from dlbench.operators.measure import raise_for_result
     from dlbench.operators.reference import reference_benchmarks
     from dlbench.operators.registry import load_registry
     from dlbench.operators.runner import measure_interleaved
@@ -249,8 +250,11 @@ def run_interleaved(cfg: DlbenchConfig, ctx: AppContext) -> int:
             _log_side(cfg, ctx, run.run_id, s, r, f) for s, r, f in ((a, result_a, files_a), (b, result_b, files_b))
         ]
         (id_a, name_a, why_a), (id_b, name_b, why_b) = logged
+        for side, result in ((a, result_a), (b, result_b)):
+            if result.interrupted:  # logged as far as measured; Ctrl-C stays Ctrl-C
+                raise_for_result(side.side.benchmark.name, result)
         # a busy machine or a contended operation is said, not a reason to leave the pair unjudged: the busy
-        # spells both sides of a round share cancel, and a round whose threads waited is already set aside
+        # spells both sides of a round share cancel (the rounds are paired, in a random order)
         info = why_a.merge(why_b, on=["id", "key", "count"], how="outer", suffixes=("_a", "_b"))
         info = info.rename(columns={"why_a": "note_a", "why_b": "note_b"}).fillna({"note_a": "", "note_b": ""})
         change = ChangeSettings(settings.threshold, settings.confidence, settings.resamples, settings.seed)
