@@ -2,12 +2,16 @@
 of its own (tag dlbench.kind=compare) so the comparison can itself be found and compared. Where a
 configuration was run more than once, the newest finished run stands for it; runs.csv lists the others
 (``superseded_by``). With ``compare.baseline``, every operation and total of B is judged against A with its
-interval (``changes.csv``, a forest plot); ``compare.fail_on`` makes that a regression gate (exit 1)."""
+interval (``changes.csv``, a forest plot); ``compare.fail_on`` makes that a regression gate (exit 1). With
+``compare.a`` / ``compare.b`` and a benchmark, A and B are measured in this run, round by round, each side a
+child run as a sweep's; B / A is taken per round."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
+from types import SimpleNamespace
 
 import pandas as pd
 
@@ -21,6 +25,8 @@ MAX_FIGURES = 12
 
 
 def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
+    if cfg.compare.a.given() or cfg.compare.b.given():
+        return run_interleaved(cfg, ctx)
     from dlbench.analysis.comparison.runs import artifact_reader, compare_runs, current
     from dlbench.tracking.runs import open_run, run_place
     from dlbench.tracking.store import search_runs
@@ -199,3 +205,109 @@ def print_comparison(
         print(f"\n{len(problems)} problem(s):")
         for p in problems[:30]:
             print(f"  {p['run_name'] or p['run_id']}: {p['problem']}")
+
+
+def run_interleaved(cfg: DlbenchConfig, ctx: AppContext) -> int:
+    """A and B of ``cfg.benchmark`` measured in one run, interleaved round by round
+    (:func:`dlbench.operators.runner.measure_interleaved`); each side logged as a child run, as a sweep is;
+    ``changes.csv`` from the paired rounds; the gate's exit status."""
+    from dlbench.analysis.comparison.change import ChangeSettings
+    from dlbench.analysis.comparison.interleaved import interleaved_changes
+    from dlbench.analysis.comparison.report import log_changes
+    from dlbench.analysis.comparison.sides import Judged, Pair, labelled
+    from dlbench.core.device import resolve_device
+    from dlbench.core.errors import ConfigurationError
+    from dlbench.operators.compare_sides import differs
+    from dlbench.operators.measure import raise_for_result
+    from dlbench.operators.reference import reference_benchmarks
+    from dlbench.operators.registry import load_registry
+    from dlbench.operators.runner import measure_interleaved
+    from dlbench.tracking.runs import open_run, run_place
+
+    if cfg.benchmark is None:
+        raise ConfigurationError("compare.a / compare.b measure a benchmark: add +benchmark=<name> (e.g. conv)")
+    settings, bench = cfg.compare, cfg.benchmark
+    device = resolve_device(cfg.device)
+    registry = load_registry(ctx.config_dirs)
+    a, b = (_side(cfg, registry, device, name) for name in ("a", "b"))
+    label = f"{bench.name} bs{cfg.batch_size}"
+    pair_differs = differs(a.description, b.description)
+    params = {
+        "benchmark": bench.name,
+        "rounds": settings.rounds,
+        "threshold": settings.threshold,
+        **{f"a.{k}": v for k, v in a.description.items()},
+        **{f"b.{k}": v for k, v in b.description.items()},
+    }
+    name = f"compare-{a.side.benchmark.name}-vs-{b.side.benchmark.name}"
+    place = run_place(cfg, ctx)
+    with open_run(cfg, ctx, kind="compare", benchmark=bench.name, name=name, params=params) as run:
+        (result_a, files_a), (result_b, files_b), orders = measure_interleaved(
+            a.side, b.side, ctx.output_dir / "protocol", reference_benchmarks(registry, device)
+        )
+        run.log_params({"orders": "".join(o[0] for o in orders)})  # per round, which side ran first
+        logged = [
+            _log_side(cfg, ctx, run.run_id, s, r, f) for s, r, f in ((a, result_a, files_a), (b, result_b, files_b))
+        ]
+        (id_a, name_a, why_a), (id_b, name_b, why_b) = logged
+        for side, result in ((a, result_a), (b, result_b)):
+            if result.interrupted:  # logged as far as measured; Ctrl-C stays Ctrl-C
+                raise_for_result(side.side.benchmark.name, result)
+        # a busy machine or a contended operation is said, not a reason to leave the pair unjudged: the busy
+        # spells both sides of a round share cancel (the rounds are paired, in a random order)
+        info = why_a.merge(why_b, on=["id", "key", "count"], how="outer", suffixes=("_a", "_b"))
+        info = info.rename(columns={"why_a": "note_a", "why_b": "note_b"}).fillna({"note_a": "", "note_b": ""})
+        change = ChangeSettings(settings.threshold, settings.confidence, settings.resamples, settings.seed)
+        rounds = [pd.read_csv(f.rounds_csv, comment="#") for f in (files_a, files_b)]
+        changes = interleaved_changes(rounds[0], rounds[1], info, change)
+        pair = Pair(label, (id_a,), (id_b,), pair_differs, (name_a,), (name_b,))
+        changes = labelled(changes, pair, info.set_index("key")["id"], several=False)
+        method = (f"A and B ran back to back in each of {settings.rounds} rounds, in a random order per round; "
+                  "ratios are the geometric mean of the rounds' B / A of medians, with the wider of the rounds' "
+                  "bootstrap and Student's t 95% interval.")  # fmt: skip
+        judged = Judged(changes, (pair,), pd.DataFrame(columns=["field", "A", "B"]), (), method=method)
+        shown = SimpleNamespace(baseline=f"{name_a}: {a.side.benchmark.name}", threshold=settings.threshold,
+                                candidate=f"{name_b}: {b.side.benchmark.name}", fail_on=settings.fail_on)  # fmt: skip
+        out_dir = ctx.output_dir / "compare"
+        out_dir.mkdir(parents=True, exist_ok=True)
+        return log_changes(run, judged, shown, out_dir, place.experiment_id)
+
+
+def _side(cfg: DlbenchConfig, registry, device: str, name: str):
+    """``compare.<name>`` resolved: its benchmark, settings and operations."""
+    from dlbench.core.errors import ConfigurationError
+    from dlbench.operators.compare_sides import resolved, side_benchmark, side_settings
+    from dlbench.operators.runner import run_settings
+    from dlbench.operators.workload import operations_from_benchmark
+
+    assert cfg.benchmark is not None
+    side = getattr(cfg.compare, name)
+    key = f"compare.{name}"
+    entry = side_benchmark(registry, cfg.benchmark.op_type, side, cfg.backend, device, key)
+    settings = side_settings(run_settings(cfg, device), side, cfg.compare.rounds, side.python)
+    operations = operations_from_benchmark(cfg.benchmark, settings.dtype)
+    if len(operations) < 2:
+        raise ConfigurationError(f"{key}: {cfg.benchmark.name} has one operation; rounds interleave two or more")
+    return resolved(name.upper(), entry, operations, settings, side, f"{name.upper()}_{entry.name}")
+
+
+def _log_side(cfg: DlbenchConfig, ctx: AppContext, parent: str, side, result, files):
+    """One side as a child run of the comparison, logged as a sweep is; its run id, name, and per operation
+    ``id, key, count, why`` (a reason its number is not clean)."""
+    from dlbench.analysis.comparison.sides import recorded_from
+    from dlbench.analysis.report import log_sweep, log_workload
+    from dlbench.operators.measure import sweep_params
+    from dlbench.tracking.runs import open_run
+
+    entry, settings = side.side.benchmark, side.side.settings
+    side_cfg = replace(cfg, threads=settings.threads, dtype=settings.dtype)
+    assert cfg.benchmark is not None
+    params = {**sweep_params(side_cfg, entry, cfg.benchmark.name, len(side.side.operations), settings.device),
+              "compare.side": side.name, **{f"side.{k}": v for k, v in side.description.items() if v}}  # fmt: skip
+    name = f"{side.name}-{entry.name}-{cfg.benchmark.name}"
+    with open_run(side_cfg, ctx, kind="operator_sweep", benchmark=cfg.benchmark.name, name=name, params=params,
+                  implementation=entry.name, parent_run_id=parent) as child:  # fmt: skip
+        log_workload(child, side.side.operations, cfg.benchmark.name, f"benchmark/{cfg.benchmark.name}.yaml")
+        frame = log_sweep(child, side_cfg, side.side.operations, result, files, child.run_name)
+        recorded = recorded_from(frame, None, child.run_id, result.interference.noisy if result.interference else False)
+    return child.run_id, child.run_name, recorded.operations[["id", "key", "count", "why"]]

@@ -113,7 +113,8 @@ def test_verdict_thresholds_and_counts():
     assert verdict(0.99, 1.01, 0.02) == "same"
     assert verdict(1.01, 1.05, 0.02) == "unsure"
     changes = pd.DataFrame({"operation": ["a", "b", TOTAL], "verdict": ["slower", "same", "unsure"]})
-    assert verdict_counts(changes) == {"faster": 0, "slower": 1, "same": 1, "unsure": 0, "total_unsure": 1}
+    counts = {"faster": 0, "slower": 1, "same": 1, "unsure": 0, "moved": 0, "total_unsure": 1}
+    assert verdict_counts(changes) == counts
 
 
 def test_the_same_seed_gives_the_same_interval():

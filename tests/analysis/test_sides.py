@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
+import pytest
 
 from dlbench.analysis.comparison.change import ChangeSettings
 from dlbench.analysis.comparison.forest import forest_figure, shown_rows
@@ -62,3 +63,22 @@ def test_the_forest_plot_draws_each_pair_as_a_group_under_its_heading():
     fig = forest_figure(changes, 0.05, "test")
     headings = {t.get_text() for t in fig.axes[0].texts}
     assert headings == set(changes["pair"])
+
+
+def test_a_pair_whose_machine_moved_beyond_the_threshold_says_so_instead_of_slower():
+    from dlbench.analysis.comparison.machine import machine_moved, probe_ratios, with_moves
+
+    runs = pd.DataFrame(
+        {"run_id": ["a", "b", "lib"], "drift/stream_triad/before_ms": [10.0, 12.0, 10.0],
+         "drift/reference_conv_3x3/before_ms": [4.0, 4.6, 3.0]}
+    )  # fmt: skip
+    busy = probe_ratios(runs, ["a"], ["b"])  # memory 1.2x and compute 1.15x slower: the machine
+    assert busy == pytest.approx({"reference_conv_3x3": 1.15, "stream_triad": 1.2})
+    why = machine_moved(busy, 0.05)
+    assert "moved +15.0%" in why
+    # another library on B moves the compute probe alone: not the machine
+    assert machine_moved(probe_ratios(runs, ["a"], ["lib"]), 0.05) == ""
+    pairs = pair_runs(_runs(), _runs()["run_name"] == "A", _runs()["run_name"] == "B")
+    changes = changes_of_pairs(pairs, _read, ChangeSettings(resamples=200))
+    moved = with_moves(changes, pairs, [why]).set_index("key")
+    assert moved.at["conv_a", "verdict"] == "moved" and moved.at["conv_a", "why"].startswith("the machine moved")

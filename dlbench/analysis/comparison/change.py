@@ -10,15 +10,17 @@ replacement, then samples within each drawn round; with one round it is the ordi
 drawn jointly for every operation of a side (the same uniform numbers pick the rounds of each), so a total
 keeps the common movement of its parts.
 
-Verdicts, against a noise threshold ``t`` (default 2%), for the interval [low, high] of B / A:
+Verdicts, against a noise threshold ``t`` (default 5%), for the interval [low, high] of B / A:
 ``slower`` when low > 1 + t, ``faster`` when high < 1 / (1 + t) (the whole interval beyond the noise),
 ``same`` when the whole interval lies within [1 / (1 + t), 1 + t], else ``unsure`` (too wide to tell).
-A contended, noisy, failed or partial input is ``unsure`` whatever its interval, with the reason."""
+A contended, noisy, failed or partial input is ``unsure`` whatever its interval, with the reason. An operation's
+``slower`` or ``faster`` must also survive Holm's correction over the pair's operations (:func:`corrected`), so
+that comparing 23 or 200 operations at once does not multiply the false alarms."""
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,8 +29,9 @@ import pandas as pd
 from dlbench.core.change_rules import CONFIDENCE, NOISE_THRESHOLD, RESAMPLES, VERDICTS
 
 TOTAL = "total"
-#: the columns of ``changes.csv``
-CHANGE_COLUMNS = ("operation", "A", "B", "ratio", "low", "high", "verdict", "why")
+#: the columns of ``changes.csv``; ``p_holm``: an operation's p-value of a change beyond the threshold after
+#: Holm's correction over the pair's operations (:func:`corrected`)
+CHANGE_COLUMNS = ("operation", "A", "B", "ratio", "low", "high", "verdict", "why", "p_holm")
 
 
 @dataclass(frozen=True)
@@ -154,6 +157,62 @@ def _row(operation: str, a_ms: float, b_ms: float, ratios: np.ndarray, reason: s
             "verdict": judged, "why": _why(judged, low, high, s.threshold)}  # fmt: skip
 
 
+def bootstrap_p_beyond(ratios: np.ndarray, threshold: float) -> float:
+    """The p-value of a change beyond the threshold from bootstrap replicates of B / A: their logarithms taken
+    as normal (smooth where counting replicates would stop at 1 / resamples), the smaller one-sided p doubled,
+    as :func:`dlbench.analysis.comparison.paired.paired_p_beyond` does over rounds."""
+    from scipy import stats
+
+    logs = np.log(ratios[np.isfinite(ratios) & (ratios > 0)])
+    if len(logs) < 2:
+        return math.nan
+    mean, spread, edge = float(logs.mean()), float(logs.std(ddof=1)), math.log1p(threshold)
+    if spread == 0.0:
+        return 0.0 if abs(mean) > edge else 1.0
+    slower = float(stats.norm.sf((mean - edge) / spread))
+    faster = float(stats.norm.cdf((mean + edge) / spread))
+    return min(1.0, 2.0 * min(slower, faster))
+
+
+def holm(p_values: Sequence[float]) -> np.ndarray:
+    """Holm's step-down adjusted p-values (NaN stays NaN and is not counted): the i-th smallest of m is
+    multiplied by m - i + 1, then made non-decreasing. Rejecting where the adjusted p is below alpha keeps the
+    chance of any false alarm among the m at most alpha, whatever their dependence."""
+    p = np.asarray(p_values, dtype=float)
+    out = np.full(len(p), np.nan)
+    valid = np.flatnonzero(np.isfinite(p))
+    order = valid[np.argsort(p[valid], kind="stable")]
+    m = len(order)
+    scaled = np.minimum(1.0, (m - np.arange(m)) * p[order])
+    out[order] = np.maximum.accumulate(scaled) if m else scaled
+    return out
+
+
+def corrected(changes: pd.DataFrame, p_values: Sequence[float], confidence: float) -> pd.DataFrame:
+    """``changes`` with ``p_holm`` (the operations' p-values corrected by :func:`holm` over the operations; the
+    total is one test and keeps its own) and every operation ``slower`` or ``faster`` whose corrected p is not
+    below ``1 - confidence`` made ``unsure``, saying so. Holm, not Benjamini-Hochberg: a gate fails on any
+    false alarm, so the chance of any one among the operations (the family-wise error) is what it must bound;
+    Benjamini-Hochberg bounds the share of false alarms among the alarms, and assumes how the tests depend on
+    each other, where operations timed in the same rounds are correlated."""
+    out = changes.copy()
+    p = np.asarray(p_values, dtype=float)
+    totals = is_total(out["operation"]).to_numpy()
+    adjusted = np.where(totals, p, np.nan)
+    adjusted[~totals] = holm(p[~totals])
+    out["p_holm"] = adjusted
+    alpha = 1.0 - confidence
+    weak = ~totals & out["verdict"].isin(["slower", "faster"]).to_numpy() & ~(adjusted < alpha)
+    m = int(np.isfinite(p[~totals]).sum())
+    for index in np.flatnonzero(weak):
+        note = (f"its interval lies beyond the threshold, but not after Holm's correction over {m} operations "
+                f"(corrected p {adjusted[index]:.3g}, not below {alpha:.3g})")  # fmt: skip
+        out.iloc[index, out.columns.get_loc("verdict")] = "unsure"
+        why = out.iloc[index, out.columns.get_loc("why")]
+        out.iloc[index, out.columns.get_loc("why")] = f"{why}; {note}" if why else note
+    return out
+
+
 def _with_note(row: dict, note: str) -> dict:
     if note:
         row["why"] = f"{row['why']}; {note}" if row["why"] else note
@@ -183,7 +242,7 @@ def compare_samples(
     side_a, side_b = blocks_of(a), blocks_of(b)
     info = operations.set_index("key") if operations is not None and len(operations) else pd.DataFrame()
     uniform_a, uniform_b = _uniforms(side_a, rng, s.resamples), _uniforms(side_b, rng, s.resamples)
-    rows, reasons = [], []
+    rows, reasons, p_values = [], [], []
     total_a = np.zeros(s.resamples)
     total_b = np.zeros(s.resamples)
     sums = [0.0, 0.0]
@@ -195,6 +254,7 @@ def compare_samples(
             ratios = medians_b / medians_a
         note = one_round_note(side_a[key], side_b[key])
         rows.append(_with_note(_row(key, side_a[key].median, side_b[key].median, ratios, reason, s), note))
+        p_values.append(bootstrap_p_beyond(ratios, s.threshold))
         count = _count(info, key)
         total_a += count * medians_a
         total_b += count * medians_b
@@ -210,7 +270,9 @@ def compare_samples(
         with np.errstate(divide="ignore", invalid="ignore"):
             ratios = total_b / total_a
         rows.append(_row(TOTAL, sums[0], sums[1], ratios, why, s))
-    return pd.DataFrame(rows, columns=list(CHANGE_COLUMNS))
+        p_values.append(bootstrap_p_beyond(ratios, s.threshold))
+    frame = pd.DataFrame(rows, columns=list(CHANGE_COLUMNS[:-1]))
+    return corrected(frame, p_values, s.confidence)[list(CHANGE_COLUMNS)]
 
 
 def _reason(info: pd.DataFrame, key: str) -> str:

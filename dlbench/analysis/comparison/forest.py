@@ -13,7 +13,7 @@ import pandas as pd
 
 from dlbench.analysis.comparison.change import TOTAL, is_total
 
-COLOURS = {"slower": "#c0392b", "faster": "#1e8449", "same": "#7f8c8d", "unsure": "#d68910"}
+COLOURS = {"slower": "#c0392b", "faster": "#1e8449", "same": "#7f8c8d", "unsure": "#d68910", "moved": "#7d3c98"}
 #: beyond this many operations the plot shows the most changed ones (the table keeps all)
 MAX_ROWS = 60
 

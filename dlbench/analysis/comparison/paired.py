@@ -88,3 +88,24 @@ def paired_ratio(
     boot_low, boot_high = _bootstrap_interval(logs, confidence, resamples, seed)
     low, high = min(t_low, boot_low), max(t_high, boot_high)
     return PairedRatio(ratio, float(math.exp(low)), float(math.exp(high)), len(logs), why)
+
+
+def paired_p_beyond(a: Sequence[float], b: Sequence[float], threshold: float) -> float:
+    """How likely rounds like these are if B / A lay within the noise threshold: Student's t test of the mean log
+    ratio against ``log(1 + threshold)`` (slower) and its negative (faster), the smaller one-sided p doubled
+    (so that it is below ``1 - confidence`` exactly when the t interval lies wholly beyond the threshold); NaN
+    with fewer than two rounds. The p-value a multiple-comparison correction takes
+    (:func:`dlbench.analysis.comparison.change.holm`)."""
+    from scipy import stats
+
+    logs, _ = _pairs(a, b)
+    if len(logs) < 2:
+        return math.nan
+    spread = float(np.std(logs, ddof=1)) / math.sqrt(len(logs))
+    edge = math.log1p(threshold)
+    mean = float(logs.mean())
+    if spread == 0.0:
+        return 0.0 if abs(mean) > edge else 1.0
+    slower = float(stats.t.sf((mean - edge) / spread, len(logs) - 1))
+    faster = float(stats.t.cdf((mean + edge) / spread, len(logs) - 1))
+    return min(1.0, 2.0 * min(slower, faster))

@@ -40,12 +40,18 @@ def summary_paragraph(judged: Judged, baseline: str, candidate: str, threshold: 
     probes = [f"{p.label} {r:.3g}x" for p, r in zip(judged.pairs, judged.probe_ratios, strict=False) if r == r]
     if probes:  # the machine's speed between the sides, as the reference probe saw it
         differ += f" Reference probe B / A: {', '.join(probes[:6])}."
+    moved = f", {counts['moved']} not judged: the machine moved between the sides" if counts.get("moved") else ""
+    method = judged.method or (
+        "Ratios are B / A of medians with 95% bootstrap intervals over the recorded samples, rounds resampled as "
+        "blocks."
+    )
     return (
         f"B ({candidate or 'the other runs'}) against A ({baseline}), {len(judged.pairs)} pair(s) of sweeps, "
         f"{ops} operations: {counts['slower']} slower, {counts['faster']} faster, {counts['same']} the same "
         f"within ±{threshold:.0%}, {counts['unsure']} unsure (interval too wide, or an input contended, noisy or "
-        f"partial). Totals: {total_text or 'none'}.{differ} Ratios are B / A of medians with 95% bootstrap "
-        "intervals over the recorded samples, rounds resampled as blocks."
+        f"partial){moved}. Totals: {total_text or 'none'}.{differ} {method} Threshold {threshold:.0%} "
+        "(compare.threshold); an operation is slower or faster only after Holm's correction over its pair's "
+        "operations."
     )
 
 

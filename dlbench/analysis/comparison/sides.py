@@ -5,7 +5,6 @@ their rounds a block), and the samples each side recorded (``protocol/*_samples.
 
 from __future__ import annotations
 
-import math
 import os
 import tempfile
 from collections.abc import Callable, Sequence
@@ -13,10 +12,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import pandas as pd
 
 from dlbench.analysis.comparison.change import CHANGE_COLUMNS, TOTAL, ChangeSettings, compare_samples
+from dlbench.analysis.comparison.machine import machine_moved, probe_ratio, probe_ratios, with_moves
 from dlbench.analysis.comparison.runs import CONFIGURATION
 from dlbench.analysis.marks import is_true
 from dlbench.core.errors import ConfigurationError
@@ -278,6 +277,8 @@ class Judged:
     machine_note: str = ""
     #: per pair, B / A of the reference probe's readings (NaN where a side has none)
     probe_ratios: tuple[float, ...] = ()
+    #: how the ratios and intervals were made (the summary's last sentence); empty: from stored runs' samples
+    method: str = ""
 
 
 def side_machine(found: pd.DataFrame, run_ids: Sequence[str]) -> dict[str, str]:
@@ -315,21 +316,5 @@ def judge(
     note = "" if both else f"{'A' if not machine_a else 'B'}'s runs recorded no machine state (dlbench.machine.*)"
     warnings = sorted(set(noisy_settings(machine_a)) | set(noisy_settings(machine_b)))
     probes = tuple(probe_ratio(runs, p.a_runs, p.b_runs) for p in pairs)
-    return Judged(changes, tuple(pairs), machines, tuple(warnings), note, probes)
-
-
-def probe_ratio(runs: pd.DataFrame, a_runs: Sequence[str], b_runs: Sequence[str]) -> float:
-    """How much longer the reference probe took on B than on A (B / A of the geometric means of every probe
-    reading each side's sweeps logged, ``drift/<probe>/before_ms`` and ``after_ms``): the machine's speed between
-    the sides as the probe saw it; NaN where a side logged none. Reported, not used to judge: on one machine it
-    is the machine's drift, but a change of library or machine moves the probe too."""
-    columns = [c for c in runs.columns if c.startswith("drift/") and c.endswith(("/before_ms", "/after_ms"))]
-
-    def mean_log(ids: Sequence[str]) -> pd.Series:
-        values = runs.loc[runs["run_id"].isin(set(ids)), columns].apply(pd.to_numeric, errors="coerce")
-        return np.log(values[values > 0]).mean(axis=0)  # per probe reading, over the side's runs
-
-    if not columns:
-        return math.nan
-    both = (mean_log(b_runs) - mean_log(a_runs)).dropna()
-    return float(np.exp(both.mean())) if len(both) else math.nan
+    moves = [machine_moved(probe_ratios(runs, p.a_runs, p.b_runs), settings.threshold) for p in pairs]
+    return Judged(with_moves(changes, pairs, moves), tuple(pairs), machines, tuple(warnings), note, probes)
