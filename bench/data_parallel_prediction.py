@@ -7,9 +7,12 @@ process, evaluate.single_process).
 
     python bench/data_parallel_prediction.py                          # world_size 2, batch sizes 16 and 64
     python bench/data_parallel_prediction.py --batch-sizes 16 --steps 16 --rounds 1   # a quick check
-    python bench/data_parallel_prediction.py --rounds 3               # interleaved rounds, medians
+    python bench/data_parallel_prediction.py --rounds 3               # evaluate.rounds: each error's interval
+    python bench/data_parallel_prediction.py --repeats 3              # every batch size 3 times, interleaved
     python bench/data_parallel_prediction.py evaluate.communication_overlap=backward  # the other overlap model
 
+``--rounds`` is ``evaluate.rounds`` (default 3): each evaluation trains and benchmarks in alternating rounds
+and gives its error with the 95% interval over the paired rounds (docs/training.md), printed with every error.
 threads is per rank (default 1: two ranks on a two-core machine). Each evaluation is one MLflow run in a
 store of its own (default .dlbench/bench/data_parallel.db). The load average is printed before, after each
 evaluation and after; each run also logs its own (load_average_start/end).
@@ -39,6 +42,8 @@ COLUMNS = (
     "step_time_predicted_ms",
     "step_time_measured_ms",
     "prediction_error_pct",
+    "prediction_error_lo_pct",
+    "prediction_error_hi_pct",
     "step_time_single_process_predicted_ms",
     "ddp_gradient_copies_ms",
     "allreduce_total_ms",
@@ -101,7 +106,7 @@ def term_table(uri: str, experiment: str, table):
         match = runs[runs["run_id"] == row.get("run_id")] if len(runs) else runs
         if len(match):
             record = match.iloc[0]
-            label = f"r{row['round']} bs{row['batch_size']}"
+            label = f"x{row['repeat']} bs{row['batch_size']}"
             columns[label] = {
                 k.removeprefix("metrics.predicted_ms."): record[k]
                 for k in runs.columns
@@ -121,7 +126,13 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=32)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--profiled", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=1, help="evaluate every batch size this often, interleaved")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="evaluate.rounds: trainings alternating with the benchmarks, for each error's interval",
+    )
+    parser.add_argument("--repeats", type=int, default=1, help="evaluate every batch size this often, interleaved")
     parser.add_argument("--store", default=str(ROOT / ".dlbench" / "bench" / "data_parallel.db"), help=STORE_HELP)
     parser.add_argument("--experiment", default="data_parallel_prediction")
     parser.add_argument("--timeout", type=float, default=1800)
@@ -131,17 +142,17 @@ def main() -> int:
     uri = store_uri(args.store)
     print(f"load average before: {load_average()}")
     evaluations = []
-    for round_ in range(args.rounds):
+    for round_ in range(args.repeats):
         for batch_size in args.batch_sizes:
             overrides = [
                 f"+benchmark={args.benchmark}", f"world_size={args.world_size}", f"batch_size={batch_size}",
                 f"threads={args.threads}", f"steps={args.steps}", f"profile.warmup={args.warmup}",
-                f"profile.batches={args.profiled}", *args.overrides,
+                f"profile.batches={args.profiled}", f"evaluate.rounds={args.rounds}", *args.overrides,
             ]  # fmt: skip
             label = f"ddp-ws{args.world_size}-bs{batch_size}"
             run_name, seconds = run_evaluation(label, overrides, uri, args.experiment, args.timeout)
-            evaluations.append({"round": round_, "batch_size": batch_size, "seconds": seconds, "run_name": run_name})
-            print(f"  round {round_} bs{batch_size}: {seconds:.0f} s, load {load_average()}", flush=True)
+            evaluations.append({"repeat": round_, "batch_size": batch_size, "seconds": seconds, "run_name": run_name})
+            print(f"  repeat {round_} bs{batch_size}: {seconds:.0f} s, load {load_average()}", flush=True)
     print(f"load average after: {load_average()}")
     table = runs_table(uri, args.experiment, evaluations, COLUMNS)
     if "run_id" in table:
@@ -154,6 +165,10 @@ def main() -> int:
         print("\nterms of the prediction (ms):")
         print_table(terms.reset_index(names="term"))
     ok = table.dropna(subset=["step_time_predicted_ms", "step_time_measured_ms"]) if "run_id" in table else table[:0]
+    from dlbench.analysis.step_interval import error_text
+
+    for row in ok.to_dict("records"):  # each evaluation's error with its interval over its paired rounds
+        print(f"repeat {row['repeat']} bs{row['batch_size']} x {args.world_size} ranks: error {error_text(row)}")
     for batch_size, part in ok.groupby("batch_size"):
         predicted = statistics.median(part["step_time_predicted_ms"])
         measured = statistics.median(part["step_time_measured_ms"])
@@ -161,7 +176,7 @@ def main() -> int:
         measured_efficiency = statistics.median(efficiencies) if len(efficiencies) else float("nan")
         print(
             f"bs{batch_size} x {args.world_size} ranks: predicted {predicted:.3g} ms, measured {measured:.3g} ms, "
-            f"error {100 * (predicted / measured - 1):+.1f}% (median over {len(part)} rounds; aim: within 15%); "
+            f"error {100 * (predicted / measured - 1):+.1f}% (median over {len(part)} repeats; aim: within 15%); "
             f"scaling efficiency predicted {statistics.median(part['scaling_efficiency_predicted']):.2f}, "
             f"measured {measured_efficiency:.2f}"
         )

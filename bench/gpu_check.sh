@@ -53,7 +53,7 @@ step native 150 native > "$OUT/native.log" 2>&1; grep -E "built|SKIPPED|error" "
 step ctest 45 ctest --test-dir native/build --output-on-failure -j 4 > "$OUT/ctest.log" 2>&1; tail -3 "$OUT/ctest.log"
 
 evaluate() {  # model, batch size: bench/prediction_error.py writes its row to $OUT/evaluations_<model>_<bs>.csv
-  python3 bench/prediction_error.py --models "$1" --batch-sizes "$2" --threads 0 --steps 30 \
+  python3 bench/prediction_error.py --models "$1" --batch-sizes "$2" --threads 0 --steps 30 --rounds 2 \
     --store "$OUT/gpu_check.db" --experiment gpu_check --out "$OUT/evaluations_$1_$2.csv" device=cuda 2>&1 | tail -4
 }
 export -f evaluate

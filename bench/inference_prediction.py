@@ -13,7 +13,10 @@ prediction from the model's original nodes as a second line (`onnxruntime (origi
 module built by onnx2torch) from the eval-mode torch kernels. An engine that could not run a model counts
 against it (named in the table's `unable` column). Target (issue 39): per engine mean |error| <= 10%, max
 <= 20%, at least 80% of models within +-10%. Each evaluation is one MLflow run in a store of its own
-(default .dlbench/bench/inference_prediction.db). Measure on a quiet machine.
+(default .dlbench/bench/inference_prediction.db). Measure on a quiet machine. ``--rounds`` is
+``evaluate.rounds`` (default 3): each evaluation alternates end-to-end timing and operator benchmarks, and each
+engine's error comes with its 95% interval over the paired rounds (``<engine>_error_lo_pct`` / ``_hi_pct``),
+printed with every error.
 """
 
 from __future__ import annotations
@@ -62,7 +65,8 @@ def evaluate(name: str, path: Path | None, seq: bool, batch_size: int, args: arg
     command = [
         sys.executable, "-m", "dlbench", "task=evaluate", *source, f"batch_size={batch_size}",
         f"threads={args.threads}", f"mlflow.tracking_uri={uri}", f"mlflow.experiment={args.experiment}",
-        f"mlflow.run_name={run_name}", "quiet=true", *([f"dims.seq={args.seq}"] if seq else []), *args.overrides,
+        f"mlflow.run_name={run_name}", "quiet=true", f"evaluate.rounds={args.rounds}",
+        *([f"dims.seq={args.seq}"] if seq else []), *args.overrides,
     ]  # fmt: skip
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, check=False, timeout=args.timeout)  # noqa: S603
     if result.returncode != 0:
@@ -109,6 +113,18 @@ def summarise(table) -> bool:
     return met
 
 
+def print_intervals(table) -> None:
+    """Every engine's error with its 95% interval over the evaluation's paired rounds."""
+    from dlbench.analysis.step_interval import error_text
+
+    print("\nerror with its 95% interval over each evaluation's paired rounds:")
+    for row in table.to_dict("records"):
+        for engine in ("onnxruntime", "torch"):
+            values = {f"prediction_error{k}": row.get(f"{engine}_error{k}") for k in ("_pct", "_lo_pct", "_hi_pct")}
+            values = {k: float("nan") if v is None else float(v) for k, v in values.items()}
+            print(f"  {row['model']} bs{row['batch_size']} {engine}: {error_text(values)}")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", nargs="*", default=[*ZOO_MODELS, *HF_MODELS], choices=[*ZOO_MODELS, *HF_MODELS])
@@ -127,6 +143,12 @@ def main() -> int:
         "--store", default=str(ROOT / ".dlbench" / "bench" / "inference_prediction.db"), help=STORE_HELP
     )
     parser.add_argument("--experiment", default="inference_prediction")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=3,
+        help="evaluate.rounds: end to end alternating with the benchmarks, for each error's interval",
+    )
     parser.add_argument("--timeout", type=float, default=3600)
     parser.add_argument("--out", help="also write the table as CSV here")
     parser.add_argument("overrides", nargs="*", help="extra dlbench overrides, e.g. measure.min_time_s=0.5")
@@ -169,7 +191,8 @@ def main() -> int:
         record = match.iloc[0]
         row["status"] = record["status"]
         for engine, prefix in ENGINES.items():
-            for key in ("predicted_ms", "error_pct") + (() if "original" in engine else ("measured_ms",)):
+            paired = () if "original" in engine else ("measured_ms", "error_lo_pct", "error_hi_pct")
+            for key in ("predicted_ms", "error_pct", *paired):
                 row[f"{engine}_{key}"] = record.get(f"metrics.{prefix}{key}")
         row["unable"] = record.get("tags.dlbench.engines_unable")
         row["load_start"], row["load_end"] = (
@@ -180,6 +203,7 @@ def main() -> int:
     table = pd.DataFrame(rows)
     with pd.option_context("display.width", 250, "display.max_columns", 30):
         print(table.to_string(index=False, float_format=lambda v: f"{v:.4g}"))
+    print_intervals(table)
     met = summarise(table)
     if args.out:
         table.to_csv(args.out, index=False)

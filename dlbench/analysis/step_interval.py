@@ -121,19 +121,19 @@ def error_text(metrics: Mapping[str, float], prefix: str = "prediction_error") -
 
 
 def interval_note(metrics: Mapping[str, float], prefix: str = "prediction_error", what: str = "the error") -> str:
-    """The one line saying that the interval is wider than the error it qualifies (its half-width above the
-    error's size: the rounds cannot tell this error from none), or that there is no interval; empty otherwise."""
+    """The one line saying that the interval is wider than the error it qualifies (it reaches further from the
+    error, on one side, than the error's own size), or that there is no interval; empty otherwise."""
     err = metrics.get(f"{prefix}_pct", math.nan)
     low, high = metrics.get(f"{prefix}_lo_pct", math.nan), metrics.get(f"{prefix}_hi_pct", math.nan)
     if not math.isfinite(err):
         return ""
     if not (math.isfinite(low) and math.isfinite(high)):
         return f"{what} has no interval: one round (evaluate.rounds=1); give evaluate.rounds=3 for one"
-    half = max(high - err, err - low)
+    half = max(high - err, err - low)  # the interval's reach from the error, on its wider side
     if half <= abs(err):
         return ""
+    zero = ", and holds no error at all: within the noise" if low <= 0.0 <= high else ""
     return (
-        f"{what} ({err:+.1f}%) is within its noise: its 95% interval (+-{half:.1f} points) is wider than the error "
-        "itself, as the rounds moved more than the prediction is off; more rounds (evaluate.rounds) or a quieter "
-        "machine narrow it"
+        f"{what} ({err:+.1f}%): its 95% interval ({low:+.1f}% to {high:+.1f}%) is wider than the error "
+        f"itself{zero}; more rounds (evaluate.rounds) or a quieter machine narrow it"
     )

@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import csv
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
 
 from dlbench.core.contention import contention_limit
 from dlbench.core.values import Measurement
+from dlbench.operators.launch import read_launch_ms
 from dlbench.operators.protocol import read_samples
 from dlbench.operators.rounds import RoundResult, combine_rounds, round_share
 from dlbench.operators.runner import RunSettings
@@ -72,6 +74,18 @@ def combine_step_rounds(
             m = replace(m, stats=m.stats.with_note("failed in " + "; ".join(failures)))
         combined[op_id] = m
     return combined
+
+
+def step_launch_ms(protocol_dir: Path, rounds: int) -> dict[int, float]:
+    """A GPU step's host ms of issuing one call by operation id (:func:`dlbench.operators.launch.read_launch_ms`):
+    the median over the benchmark rounds that wrote one."""
+    if rounds <= 1:
+        return read_launch_ms(protocol_dir)
+    found: dict[int, list[float]] = {}
+    for index in range(rounds):
+        for op_id, ms in read_launch_ms(protocol_dir, f"*{step_round_stem('', rounds, index)}_out.csv").items():
+            found.setdefault(op_id, []).append(ms)
+    return {op_id: statistics.median(values) for op_id, values in found.items()}
 
 
 def end_to_end_samples(files: Sequence[Path]) -> dict[str, list[float]]:

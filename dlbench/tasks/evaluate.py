@@ -63,6 +63,7 @@ from dlbench.operators.reference import (
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
 from dlbench.operators.step_benchmarks import measure_reference, measure_step
+from dlbench.operators.step_rounds import step_launch_ms
 from dlbench.tracking.local_files import keep_model
 from dlbench.tracking.runs import job_run_name, open_run
 from dlbench.training.facts import effective_params, script_params
@@ -345,7 +346,7 @@ def predict_step(
                                                      world_size)  # fmt: skip
     timeline = single = None
     if setup.device == "cuda":  # host and device lanes overlap: the step is when both end, not the sum of terms
-        launch = read_launch_ms(ctx.output_dir / "protocol")
+        launch = step_launch_ms(ctx.output_dir / "protocol", cfg.evaluate.rounds)
         timeline, single = (gpu_step(frame, x, launch, t.folded, dispatch_ms) for x in (terms, single_terms))
     if dp_notes:  # the single-process and data-parallel steps from the same step model
         pairs = ((single, single_terms), (timeline, terms))

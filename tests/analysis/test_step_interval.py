@@ -98,7 +98,11 @@ def test_rounds_that_disagree_give_an_interval_wider_than_the_error_and_the_summ
     assert m["prediction_error_lo_pct"] < min(100 * (r - 1) for r in ratios) < m["prediction_error_pct"]
     assert m["prediction_error_hi_pct"] > max(100 * (r - 1) for r in ratios)
     note = interval_note(m)
-    assert "wider than the error" in note and "evaluate.rounds" in note
+    assert "wider than the error" in note and "evaluate.rounds" in note and "holds no error" in note
+    # an interval that keeps clear of no error is still said to be wider than a small error it qualifies
+    narrow = {"prediction_error_pct": 2.0, "prediction_error_lo_pct": 0.5, "prediction_error_hi_pct": 6.0}
+    assert "wider than the error" in interval_note(narrow) and "no error" not in interval_note(narrow)
+    assert interval_note({**narrow, "prediction_error_hi_pct": 3.5}) == ""
     assert error_text(m).startswith(f"{m['prediction_error_pct']:+.1f}% (95% interval ")
 
 

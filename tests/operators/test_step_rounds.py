@@ -10,7 +10,13 @@ import pytest
 
 from dlbench.core.values import Measurement, TimeStats
 from dlbench.operators.runner import RunSettings
-from dlbench.operators.step_rounds import combine_step_rounds, round_medians, step_round_settings, step_round_stem
+from dlbench.operators.step_rounds import (
+    combine_step_rounds,
+    round_medians,
+    step_launch_ms,
+    step_round_settings,
+    step_round_stem,
+)
 
 
 def test_each_round_gets_its_share_of_the_repetitions_and_of_the_interleaved_rounds() -> None:
@@ -44,3 +50,18 @@ def test_an_operation_failed_in_one_round_keeps_the_others_and_one_failed_in_all
     assert "failed in round 2: no result row" in combined[3].stats.note
     assert not combined[4].ok and combined[4].error == "no result row for id 3"
     assert round_medians(per_round)[1] == {}
+
+
+def test_a_gpu_steps_issuing_time_is_the_median_over_the_rounds_that_wrote_one(tmp_path) -> None:
+    from dlbench.operators.protocol import output_header, output_row
+
+    stats = TimeStats.from_samples([1.0, 1.1])
+    for index, launch in enumerate((0.010, 0.030, 0.020)):  # the combined files of three benchmark rounds
+        name = step_round_stem("torch", 3, index)
+        rows = output_row(5, stats, launch_ms=launch) + output_row(6, stats, launch_ms=None if index else 0.5)
+        (tmp_path / f"{name}_out.csv").write_text(output_header(launch=True) + rows)
+    (tmp_path / f"{step_round_stem('torch', 3, 0)}_round1_out.csv").write_text(
+        output_header(launch=True) + output_row(5, stats, launch_ms=9.0)
+    )  # an inner round's own file: already in its round's combined file
+    launch = step_launch_ms(tmp_path, 3)
+    assert launch == {5: pytest.approx(0.020), 6: pytest.approx(0.5)}

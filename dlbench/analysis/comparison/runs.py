@@ -335,7 +335,8 @@ def implementations_side_by_side(operations: pd.DataFrame) -> pd.DataFrame:
 
 def evaluation_table(runs: pd.DataFrame) -> pd.DataFrame:
     columns = ["benchmark", "system", "implementation", "batch_size", "step_time_predicted_ms",
-               "step_time_measured_ms", "prediction_error_pct", "unexplained_time_pct", "run_id"]  # fmt: skip
+               "step_time_measured_ms", "prediction_error_pct", "prediction_error_lo_pct", "prediction_error_hi_pct",
+               "unexplained_time_pct", "run_id"]  # fmt: skip
     evaluations = runs[runs["kind"] == "evaluation"]
     present = [c for c in columns if c in evaluations.columns]
     return evaluations[present].sort_values(["benchmark", "system", "batch_size"], ignore_index=True)
