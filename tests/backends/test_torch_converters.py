@@ -50,7 +50,9 @@ def test_small_transformers_from_transformers_run_on_the_torch_engine_as_onnxrun
     assert {"gpt2": "LessOrEqual", "bert": "GreaterOrEqual", "vit": "Erf"}[name] in ran
 
 
-def test_a_transformer_encoder_exported_at_torchs_default_opset_runs_on_the_torch_engine(tmp_path: Path) -> None:
+def test_a_transformer_encoder_at_torchs_default_opset_with_its_weights_beside_it_runs_on_the_torch_engine(
+    tmp_path: Path,
+) -> None:
     torch.manual_seed(0)
     encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, batch_first=True), 2).eval()
     x = torch.randn(1, 8, 32)
@@ -60,6 +62,29 @@ def test_a_transformer_encoder_exported_at_torchs_default_opset_runs_on_the_torc
         torch.onnx.export(encoder, (x,), str(path), input_names=["x"], dynamo=False)  # the default opset (20)
     model = onnx.load(str(path))
     assert model.opset_import[0].version >= 19  # Reshape-19: onnx2torch knows Reshape up to 14
+    # saved with its weights beside it (as the default exporter does): the fixed model must carry them
+    onnx.save(model, str(path), save_as_external_data=True, location="encoder.onnx.data", size_threshold=0)
+    model = rebatched_model(path, 1)
+    ort_facts, torch_facts = both_engines(model, {"x": x.numpy()})
+    with torch.inference_mode():
+        expected = encoder(x).numpy()
+    assert agreement([expected], torch_facts["outputs"]) < 1e-5
+    assert agreement(ort_facts["outputs"], torch_facts["outputs"]) < 1e-5
+
+
+@pytest.mark.slow  # the dynamo exporter takes 10-20 s
+def test_a_transformer_encoder_exported_by_torchs_default_exporter_runs_with_its_weights_beside_it(
+    tmp_path: Path,
+) -> None:
+    torch.manual_seed(0)
+    encoder = nn.TransformerEncoder(nn.TransformerEncoderLayer(32, 4, 64, batch_first=True), 2).eval()
+    x = torch.randn(1, 8, 32)
+    path = tmp_path / "encoder.onnx"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(encoder, (x,), str(path), input_names=["x"], verbose=False)  # dynamo, since torch 2.9
+    assert (tmp_path / "encoder.onnx.data").is_file()  # the weights: beside the model, not in it
+    model = rebatched_model(path, 1)  # the fixed model is written elsewhere: it must carry its weights
     ort_facts, torch_facts = both_engines(model, {"x": x.numpy()})
     with torch.inference_mode():
         expected = encoder(x).numpy()
@@ -78,13 +103,18 @@ def test_an_average_pool_with_asymmetric_pads_averages_what_onnxruntime_averages
     assert agreement(ort_facts["outputs"], torch_facts["outputs"]) < 1e-6
 
 
-def test_reductions_of_opset_18_take_their_axes_from_the_input_and_flatten_its_axis() -> None:
+def test_reductions_of_opset_18_reshape_allowing_zero_and_flatten_on_its_axis_compute_what_onnxruntime_does() -> None:
     axes = onnx.numpy_helper.from_array(np.array([1, 3], dtype=np.int64), "axes")
     for op_type in ("ReduceMean", "ReduceMax", "ReduceL2"):
         model = one_node(helper.make_node(op_type, ["x", "axes"], ["y"], keepdims=0), [2, 3, 4, 5], [axes])
         ort_facts, torch_facts = both_engines(model)
         assert torch_facts["outputs"][0].shape == (2, 4)
         assert agreement(ort_facts["outputs"], torch_facts["outputs"]) < 1e-6, op_type
+    # a Reshape with allowzero=1 (the default exporter's) to a shape without zeros is a plain reshape
+    shape = onnx.numpy_helper.from_array(np.array([4, -1], dtype=np.int64), "shape")
+    reshape = helper.make_node("Reshape", ["x", "shape"], ["y"], allowzero=1)
+    ort_facts, torch_facts = both_engines(one_node(reshape, [2, 3, 4], [shape]))
+    assert torch_facts["outputs"][0].shape == (4, 6) and agreement(ort_facts["outputs"], torch_facts["outputs"]) == 0
     # a Flatten whose input shape is not known before the call keeps its axis (onnx2torch's flattens at 1)
     flatten = helper.make_node("Flatten", ["x"], ["y"], axis=0)
     ort_facts, torch_facts = both_engines(one_node(flatten, [2, 3, 4]))
