@@ -6,6 +6,7 @@ largest |error| and the share of models within +-10%, with the load average and 
     python bench/inference_prediction.py                           # everything, threads=1
     python bench/inference_prediction.py --models squeezenet --batch-sizes 1 --threads 0
     python bench/inference_prediction.py --models bert vit --seq 64 measure.min_time_s=0.5
+    python bench/inference_prediction.py --models gpt2 bert vit --full-size --batch-sizes 1   # GPT-2 small, BERT-base
     python bench/inference_prediction.py --models --scripts resnet_cifar transformer_lm mlp   # served scripts
 
 The engines: onnxruntime predicted from the nodes its session runs (the optimized graph), with its
@@ -44,9 +45,9 @@ ENGINES = {"onnxruntime": "engine/onnxruntime/", "onnxruntime (original nodes)":
 TARGET_MEAN_PCT, TARGET_MAX_PCT, TARGET_WITHIN, WITHIN_PCT = 10.0, 20.0, 0.8, 10.0
 
 
-def model_files(names: list[str], folder: Path) -> list[tuple[str, Path, bool]]:
+def model_files(names: list[str], folder: Path, full_size: bool = False) -> list[tuple[str, Path, bool]]:
     """(name, ONNX file, has a sequence dimension) for each name: zoo models as shipped, transformers
-    exported here (random weights, nothing downloaded)."""
+    exported here (random weights, nothing downloaded; tiny, or at their library's default configuration)."""
     found = []
     for name in names:
         if name in ZOO_MODELS:
@@ -54,7 +55,7 @@ def model_files(names: list[str], folder: Path) -> list[tuple[str, Path, bool]]:
             continue
         from hf_models import export_transformer
 
-        found.append((name, export_transformer(name, folder / f"{name}.onnx"), name != "vit"))
+        found.append((name, export_transformer(name, folder / f"{name}.onnx", full_size), name != "vit"))
     return found
 
 
@@ -138,6 +139,9 @@ def main() -> int:
     )
     parser.add_argument("--script-batch-sizes", nargs="+", type=int, default=[1, 16, 64])
     parser.add_argument("--seq", type=int, default=128, help="dims.seq of the text transformers")
+    parser.add_argument(
+        "--full-size", action="store_true", help="transformers at full size (BERT-base, GPT-2 small, ViT-base)"
+    )
     parser.add_argument("--threads", type=int, default=1, help="threads of both engines and the benchmarks (0: all)")
     parser.add_argument(
         "--store", default=str(ROOT / ".dlbench" / "bench" / "inference_prediction.db"), help=STORE_HELP
@@ -162,7 +166,7 @@ def main() -> int:
     print(f"CPU: {cpu_model()}; threads={args.threads}; load average before: {load_average()}")
     names = []
     with tempfile.TemporaryDirectory(prefix="dlbench_hf_") as folder:
-        for name, path, seq in model_files(args.models, Path(folder)):
+        for name, path, seq in model_files(args.models, Path(folder), args.full_size):
             for batch_size in args.batch_sizes:
                 start = time.perf_counter()
                 run_name = evaluate(name, path, seq, batch_size, args, uri)

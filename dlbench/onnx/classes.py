@@ -80,18 +80,16 @@ def constant_outputs(
     (every tensor's shape at the dimensions chosen), a Shape or Size of a tensor whose shape is known is a
     constant too: so shape arithmetic and masks built from it (Range, Equal, Where, Expand ...) fold, while
     the Shape node itself stays a layout-only node."""
-    initializers = {t.name for t in graph.initializer} | set(weights)
-    fed = {value.name for value in graph.input} - initializers
-    constants = set(initializers)
+    constants = {t.name for t in graph.initializer} | set(weights)  # graph inputs fed at run time never are
     nodes: set[int] = set()
     for index, node in enumerate(graph.node):
         inputs = [i for i in node.input if i]
-        if any(i in fed for i in inputs):
-            continue
         if all(i in constants for i in inputs) and not _reads_subgraph(node):
             constants.update(o for o in node.output if o)
             nodes.add(index)
         elif shapes is not None and node.op_type in ("Shape", "Size") and shapes.get(inputs[0]) is not None:
+            # also of a fed graph input (BERT's Shape(input_ids) -> Gather -> Unsqueeze -> the Slice of its
+            # position ids): that Slice was measured with an unknown end and onnxruntime had no row for it
             constants.update(o for o in node.output if o)
     return constants, nodes
 

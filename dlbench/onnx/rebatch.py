@@ -275,8 +275,10 @@ def rebatch(
 def rebatched_model(path: Path, batch_size: int, dims: Mapping[str, int] | None = None) -> Any:
     """The whole model (weights included) at ``batch_size`` and ``dims``, as extraction sees it: dynamic
     dimensions set, a fixed batch changed with the same rewritten shape constants. For running the model
-    elsewhere (onnxruntime) to check extracted shapes against real ones."""
+    elsewhere (onnxruntime, the torch engine): weights kept beside the file (torch.onnx.export's default
+    exporter writes them so) are read into it."""
     model, _ = load_model(path)
+    _read_external_weights(model, path)
     light, weights = light_model(model)
     dimensions = set_dimensions(light, batch_size, dims or {}, path, weights)
     set_dimensions(model, batch_size, dims or {}, path)
@@ -286,3 +288,14 @@ def rebatched_model(path: Path, batch_size: int, dims: Mapping[str, int] | None 
         for rewrite in rewrites:
             apply_rewrite(model, rewrite)
     return model
+
+
+def _read_external_weights(model: Any, path: Path) -> None:
+    import onnx
+    from onnx.external_data_helper import load_external_data_for_model
+
+    if any(t.data_location == onnx.TensorProto.EXTERNAL for t in model.graph.initializer):
+        try:
+            load_external_data_for_model(model, str(path.parent))
+        except (OSError, ValueError) as err:
+            raise ExtractionError(f"{path}: its weights kept beside it cannot be read: {err}") from err

@@ -194,3 +194,30 @@ def test_a_flatten_on_another_axis_and_a_folded_gather_compute_what_onnxruntime_
     assert torch_facts["outputs"][0].shape == (6, 4)
     assert agreement(ort_facts["outputs"], torch_facts["outputs"]) < 1e-6
     assert "GatherElements" not in torch_facts["torch_nodes_per_call"]  # folded: it depends on weights only
+
+
+def aten_calls(fn) -> list[str]:
+    from torch.profiler import profile
+
+    with torch.inference_mode(), profile() as prof:
+        fn()
+    return sorted(e.name for e in prof.events() if e.name.startswith("aten::"))
+
+
+@pytest.mark.parametrize("op_type", ["MaxPool", "AveragePool"])
+def test_inference_pooling_with_asymmetric_pads_is_timed_as_the_torch_engine_runs_it(op_type: str) -> None:
+    from onnx import TensorProto, helper
+
+    # alexnet's and inception's pools pad one row and column at the end: the engine pads in every call
+    params = {**POOL, "pads_0": 0, "pads_1": 0, "pads_2": 1, "pads_3": 1, "mode": 2}
+    fn = tk.KERNELS[op_type](params, CPU, torch.float32)
+    x = captured(fn)["x"]
+    assert tuple(x.shape) == (2, 3, 9, 8)  # unpadded: the padding is part of the timed call
+    node = helper.make_node(op_type, ["x"], ["y"], kernel_shape=[3, 2], strides=[2, 2], pads=[0, 0, 1, 1])
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 9, 8])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])  # fmt: skip
+    module, _ = torch_module(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    with torch.inference_mode():
+        expected = module(x)
+    torch.testing.assert_close(fn(), expected, rtol=1e-6, atol=1e-6)
+    assert aten_calls(fn) == aten_calls(lambda: module(x))  # the same aten operators, the pad among them

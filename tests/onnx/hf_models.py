@@ -14,9 +14,13 @@ HIDDEN, HEADS, LAYERS, FFN, VOCAB = 32, 2, 2, 64, 100
 IMAGE, PATCH = 32, 8
 
 
-def _config(name: str):
+def _config(name: str, full_size: bool = False):
     import transformers as tf
 
+    if full_size:  # the library's defaults are the base models: BERT-base, GPT-2 small, ViT-base/16 at 224, ...
+        defaults = {"bert": tf.BertConfig, "gpt2": tf.GPT2Config, "t5_encoder": tf.T5Config,
+                    "distilbert": tf.DistilBertConfig, "vit": tf.ViTConfig}  # fmt: skip
+        return defaults[name]()
     if name == "bert":
         return tf.BertConfig(vocab_size=VOCAB, hidden_size=HIDDEN, num_hidden_layers=LAYERS,
                              num_attention_heads=HEADS, intermediate_size=FFN, max_position_embeddings=512)  # fmt: skip
@@ -35,10 +39,10 @@ def _config(name: str):
     raise KeyError(name)
 
 
-def _model(name: str) -> nn.Module:
+def _model(name: str, full_size: bool = False) -> nn.Module:
     import transformers as tf
 
-    config = _config(name)
+    config = _config(name, full_size)
     classes = {"bert": tf.BertModel, "gpt2": tf.GPT2Model, "t5_encoder": tf.T5EncoderModel,
                "distilbert": tf.DistilBertModel, "vit": tf.ViTModel}  # fmt: skip
     return classes[name](config).eval()
@@ -61,13 +65,14 @@ class KeywordCall(nn.Module):
 NAMES = ("bert", "gpt2", "t5_encoder", "distilbert", "vit")
 
 
-def export_transformer(name: str, path: Path) -> Path:
+def export_transformer(name: str, path: Path, full_size: bool = False) -> Path:
     """``name`` exported with dynamic ``batch`` and ``seq`` axes (ViT: dynamic batch; its sequence follows
-    from the image)."""
+    from the image); tiny, or with ``full_size`` at the library's default configuration (random weights)."""
     torch.manual_seed(0)
-    model = _model(name)
+    model = _model(name, full_size)
     if name == "vit":
-        wrapper, args = KeywordCall(model, "pixel_values"), (torch.randn(2, 3, IMAGE, IMAGE),)
+        image = model.config.image_size
+        wrapper, args = KeywordCall(model, "pixel_values"), (torch.randn(2, 3, image, image),)
         names, axes = ["pixel_values"], {"pixel_values": {0: "batch"}, "last_hidden_state": {0: "batch"}}
     else:
         ids = torch.randint(0, VOCAB, (2, 8))

@@ -21,11 +21,13 @@ ENGINES = ("onnxruntime", "torch")
 
 
 def unconvertible_model(path: Path) -> Path:
-    """A small CNN that onnxruntime runs and onnx2torch cannot convert (an AveragePool padded on one side)."""
+    """A small CNN that onnxruntime runs and the torch engine cannot convert (an AveragePool padded on one side
+    in ceil mode)."""
     rng = np.random.default_rng(0)
     weight = helper.make_tensor("w", TensorProto.FLOAT, [8, 3, 3, 3], rng.standard_normal(216).astype(np.float32))
     nodes = [helper.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c"], ["r"]),
-             helper.make_node("AveragePool", ["r"], ["y"], kernel_shape=[2, 2], pads=[0, 0, 1, 1])]  # fmt: skip
+             helper.make_node("AveragePool", ["r"], ["y"], kernel_shape=[2, 2], pads=[0, 0, 1, 1],
+                              ceil_mode=1)]  # fmt: skip
     graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", 3, 16, 16])],
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8, 16, 16])],
                               [weight])  # fmt: skip
@@ -194,7 +196,7 @@ def test_an_engine_that_cannot_run_the_model_is_named_and_the_other_is_still_rep
     assert metrics["engine/onnxruntime/measured_ms"] > 0 and "engine/onnxruntime/error_pct" in metrics
     assert "engine/torch/measured_ms" not in metrics and "engine/torch/error_pct" not in metrics
     assert tags["dlbench.engines_unable"] == "torch"
-    assert "non symmetrical padding" in tags["dlbench.engine.torch.unable"]
+    assert "asymmetric pads is converted for 2-D and 3-D, floor mode" in tags["dlbench.engine.torch.unable"]
     assert "torch" in tags["mlflow.note.content"] and "torch cannot be evaluated fully" in result.stdout
     summary = list(csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "inference_summary.csv"))))
     assert {row["engine"]: bool(row["unable"]) for row in summary} == {"onnxruntime": False, "torch": True}

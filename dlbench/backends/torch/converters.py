@@ -6,6 +6,8 @@
 - the newer versions that added an attribute or an input (``Pad``-18 axes, ``Split``-18 num_outputs, ...):
   the converter of the version before where the node does not use the addition, a named refusal where it does;
 - the reductions of opset 18, whose axes became an input: the same module as before from the constant axes;
+- ``Reshape`` with ``allowzero=1`` (torch.onnx.export's default exporter writes it): a 0 in the shape is a
+  zero-sized dimension, not a copied one; versions 19 and 21 (new element types) as 14;
 - ``Flatten`` on its ``axis`` (onnx2torch's flattens from axis 1 whatever the attribute; ``graph.py`` makes
   each Flatten of a static shape a Reshape, this one serves the others: GPT-2's of a 1-D tensor);
 - ``AveragePool`` with asymmetric pads (inception_v1): the input padded, each window's sum divided by the
@@ -24,7 +26,7 @@ from typing import Any
 #: only new element types, or an addition :data:`GUARDS` refuses)
 SAME_AS = {
     ("GreaterOrEqual", 16): 12, ("LessOrEqual", 16): 12, ("Equal", 19): 13,
-    ("Reshape", 19): 14, ("Reshape", 21): 14, ("Cast", 19): 13, ("Cast", 21): 13,
+    ("Cast", 19): 13, ("Cast", 21): 13,
     ("Constant", 19): 13, ("Constant", 21): 13, ("ConstantOfShape", 20): 9, ("ConstantOfShape", 21): 9,
     ("Identity", 19): 16, ("Identity", 21): 16, ("IsInf", 20): 10, ("IsNaN", 20): 13,
     ("Shape", 19): 15, ("Shape", 21): 15, ("Transpose", 21): 13, ("Unsqueeze", 21): 13,
@@ -139,6 +141,25 @@ def _average_pool(symmetric: Callable[..., Any]) -> Callable[..., Any]:
     return convert
 
 
+def _reshape(allowing_zero_not: Callable[..., Any]) -> Callable[..., Any]:
+    """Reshape: onnx2torch's converter where ``allowzero`` is 0; where it is 1, a reshape to the shape as given."""
+
+    def convert(node: Any, graph: Any) -> Any:
+        import torch
+        from onnx2torch.utils.common import OnnxToTorchModule, OperationConverterResult, onnx_mapping_from_node
+
+        if not node.attributes.get("allowzero", 0):
+            return allowing_zero_not(node, graph)
+
+        class ReshapeAllowingZero(torch.nn.Module, OnnxToTorchModule):
+            def forward(self, x: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
+                return torch.reshape(x, [int(d) for d in shape.tolist()])
+
+        return OperationConverterResult(torch_module=ReshapeAllowingZero(), onnx_mapping=onnx_mapping_from_node(node))
+
+    return convert
+
+
 def _flatten(node: Any, graph: Any) -> Any:
     """ONNX Flatten: a 2-D reshape at ``axis`` (negative axes count from the end)."""
     import torch
@@ -174,6 +195,9 @@ def register() -> None:
             table.setdefault(key, _reduce_with_axes_input)
     for version in (1, 9, 11, 13, 21):
         table[registry.OperationDescription(domain="", operation_type="Flatten", version=version)] = _flatten
+    reshape = registry.get_converter("Reshape", 14)
+    for version in (14, 19, 21):
+        table[registry.OperationDescription(domain="", operation_type="Reshape", version=version)] = _reshape(reshape)
     symmetric = {version: registry.get_converter("AveragePool", min(version, 11)) for version in (7, 10, 11, 19)}
     for version, converter in symmetric.items():
         key = registry.OperationDescription(domain="", operation_type="AveragePool", version=version)

@@ -1,5 +1,7 @@
 """Max, average and global average pooling: forward (mode 0: what training runs, MaxPool keeping the max
-positions for its backward pass), backward (mode 1), and inference forward (mode 2: no positions kept)."""
+positions for its backward pass), backward (mode 1), and inference forward (mode 2: no positions kept). With
+asymmetric pads (ONNX files only) inference pads the input inside the timed call, as the torch engine does;
+training pads it once outside."""
 
 from __future__ import annotations
 
@@ -18,6 +20,8 @@ def pool_kernel(kind: str) -> Kernel:
         kernel, strides, pads, _ = window(p)
         mode = integer(p, "mode", 0)
         pad_value = -math.inf if kind == "max" else 0.0
+        if mode == 2 and not (pads[0] == pads[2] and pads[1] == pads[3]):
+            return _padded_in_the_call(kind, randn((n, c, h, w), device, dtype), pads, kernel, strides)
         if max(pads) * 2 > min(kernel) or not (pads[0] == pads[2] and pads[1] == pads[3]):
             x, padding = padded(randn((n, c, h, w), device, dtype), pads, pad_value)
         else:
@@ -45,6 +49,22 @@ def pool_kernel(kind: str) -> Kernel:
         return lambda: aten.avg_pool2d_backward(grad, x, kernel, strides, padding, False, False, None)
 
     return kernel_fn
+
+
+def _padded_in_the_call(
+    kind: str, x: torch.Tensor, pads: list[int], kernel: list[int], strides: list[int]
+) -> Callable[[], object]:
+    """Inference pooling with asymmetric pads as the torch engine runs it (``backends/torch/graph.py``: onnx2torch's
+    MaxPool, the converters' AveragePool): the input padded in each call (-inf for max, zeros for average), then
+    the pool; an average divides each window's sum by the input elements it covers (count_include_pad=0)."""
+    torch_pads = (pads[1], pads[3], pads[0], pads[2])
+    if x.shape[2] + pads[0] + pads[2] < kernel[0] or x.shape[3] + pads[1] + pads[3] < kernel[1]:
+        raise UnsupportedRow(f"kernel {kernel} is larger than the padded input {tuple(x.shape[2:])}")
+    if kind == "max":
+        return lambda: F.max_pool2d(F.pad(x, torch_pads, value=-math.inf), kernel, strides)
+    ones = torch.ones((1, 1, *x.shape[2:]), device=x.device, dtype=x.dtype)
+    counts = F.avg_pool2d(F.pad(ones, torch_pads), kernel, strides, divisor_override=1)
+    return lambda: F.avg_pool2d(F.pad(x, torch_pads), kernel, strides, divisor_override=1) / counts
 
 
 def _avg_pool_prepadded(
