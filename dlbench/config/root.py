@@ -11,6 +11,7 @@ from dlbench.config.measure import MeasureConfig
 from dlbench.config.roofline import RooflineConfig
 from dlbench.config.tracking import GcConfig, MlflowConfig
 from dlbench.config.workload import BenchmarkConfig
+from dlbench.core.autocast import AMP_MODES
 from dlbench.core.dtypes import DTYPES
 from dlbench.core.resolvers import register_resolvers
 from dlbench.core.settings import FP32_MATHS, default
@@ -37,6 +38,11 @@ class DlbenchConfig:
     #: float32 math on NVIDIA GPUs: ieee, tf32, or framework (PyTorch's default: cuDNN convolutions may use
     #: TF32, matmuls not); applied to the torch backend, the native CUDA kernels and the roofline's ceiling
     fp32_math: str = str(default("fp32_math"))
+    #: mixed precision: none, bf16 or fp16. autocast's lower-precision ops (conv, gemm, matmul, ...) run in that
+    #: dtype, the rest in ``dtype`` (which stays float32); core/autocast.py has the lists
+    amp: str = "none"
+    #: 4-D tensors of convolutions, batch norm, pooling and the elementwise ops between them in NHWC strides
+    channels_last: bool = False
     threads: int = 0
     device: str = "cpu"
     backend: str = "torch"
@@ -87,6 +93,14 @@ class DlbenchConfig:
             raise ValueError(f"device={self.device!r}: use one of {', '.join(DEVICES)}")
         if self.dtype not in DTYPES:
             raise ValueError(f"dtype={self.dtype!r}: use one of {', '.join(DTYPES)}")
+        if self.amp not in AMP_MODES:
+            raise ValueError(f"amp={self.amp!r}: use one of {', '.join(AMP_MODES)}")
+        if self.amp != "none" and self.dtype != "float32":
+            raise ValueError(
+                f"amp={self.amp} with dtype={self.dtype}: amp lowers autocast's ops of a float32 sweep or step and "
+                f"keeps the rest in float32; use amp={self.amp} with dtype=float32 (the default), or "
+                f"dtype={self.dtype} with amp=none to run everything in it"
+            )
         if self.fp32_math not in FP32_MATHS:
             raise ValueError(
                 f"fp32_math={self.fp32_math!r}: use ieee, tf32 or framework (PyTorch's default: cuDNN "

@@ -46,6 +46,10 @@ class Operation:
     #: the bytes the step this operation came from touches between uses of its inputs (its reuse distance,
     #: :mod:`dlbench.onnx.footprint`); the benchmarks' ``caches=step`` rotates over that much. None: not known
     footprint_bytes: int | None = None
+    #: the dtype and memory format its benchmark runs in (``core/dtypes.py`` names); empty: the sweep's own
+    #: (``dtype=``; contiguous). Set from a recording of what ran, or by ``amp=`` and ``channels_last=``
+    dtype: str = ""
+    memory_format: str = ""
 
     @property
     def param_dict(self) -> dict[str, Number]:
