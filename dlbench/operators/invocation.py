@@ -104,7 +104,7 @@ def invoke_once(
     started = time.perf_counter()
     for group in groups:
         left = settings.timeout_s - (time.perf_counter() - started)
-        if left <= 0 or (parts and parts[-1][0].interrupted):
+        if parts and (left <= 0 or parts[-1][0].interrupted):  # the groups not run: no result row, said per row
             break
         part_files = _group_files(files, group.suffix())
         told = replace(settings, dtype=group.dtype, timeout_s=left)

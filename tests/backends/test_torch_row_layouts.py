@@ -10,7 +10,7 @@ import torch.nn.functional as F
 
 from dlbench.backends.torch.kernels import KERNELS
 from dlbench.backends.torch.params import UnsupportedRow, laid_out_as
-from dlbench.backends.torch.run import _Run, cannot_run
+from dlbench.backends.torch.run import _rotation, _Run, cannot_run
 from dlbench.core.descriptors import DESCRIPTORS
 from dlbench.core.settings import row_code
 
@@ -107,3 +107,12 @@ def test_an_operator_torch_lacks_for_a_dtype_is_named_unable_in_that_dtype() -> 
     assert cannot_run("Conv", caught.value, torch.bfloat16, "contiguous").startswith("unable: bfloat16 (Conv: ")
     other = cannot_run("Conv", RuntimeError("out of memory"), torch.bfloat16, "channels_last")
     assert other == "Conv cannot run: out of memory (in channels_last)"
+
+
+def test_the_memory_guard_sizes_a_row_at_its_own_dtype() -> None:
+    relu = {"N": 1, "C": 1, "H": 512, "W": 1024, "mode": 0}  # 512 Ki elements: an input and an output
+    needs = {
+        dtype: _rotation("Relu", relu, CPU, dtype, ("hot", 0, None), 1e-12).split(",")[0]  # type: ignore[union-attr]
+        for dtype in (torch.bfloat16, torch.float32, torch.float64)
+    }
+    assert needs == {torch.bfloat16: "needs 2.0 MiB", torch.float32: "needs 4.0 MiB", torch.float64: "needs 8.0 MiB"}

@@ -52,9 +52,10 @@ def test_a_conv_sweep_in_bf16_and_channels_last_logs_the_keys_and_runs_each_row_
     assert result.returncode == 0, result.stderr
     (run,) = mlflow_runs(store)
     assert run.data.params["amp"] == "bf16" and run.data.params["channels_last"] == "True"
+    assert "-tiny_conv-torch_conv-ampbf16-nhwc-bs8-" in f"-{run.data.tags['mlflow.runName']}"
     rows = {r["name"]: r for r in csv.DictReader(io.StringIO(artifact_text(store, run.info.run_id, "results.csv")))}
     assert (rows["forward"]["dtype"], rows["forward"]["memory_format"]) == ("bfloat16", "channels_last")
     assert (rows["forward_nchw_fp32"]["dtype"], rows["forward_nchw_fp32"]["memory_format"]) == ("float32", "contiguous")
     assert {r["status"] for r in rows.values()} <= {"ok", "unstable"}
     note = instructions_note(["bfloat16"], "cpu")  # one line where this CPU computes bf16 without instructions
-    assert (note in result.stderr) if note else "this CPU has none of" not in result.stderr
+    assert (note in result.stdout) if note else "this CPU has none of" not in result.stdout
