@@ -11,12 +11,6 @@ SHORT_NAMES = {"float32": "fp32", "float16": "fp16", "bfloat16": "bf16"}
 #: the memory formats an operation runs in (the operations' ``memory_format`` column, ``channels_last=true``):
 #: ``channels_last`` is NHWC strides of a 4-D tensor (``torch.channels_last``); tensors of other ranks stay dense
 MEMORY_FORMATS = ("contiguous", "channels_last")
-#: the op types whose 4-D tensors ``channels_last=true`` lays out NHWC in an operator sweep: a CNN's convolution,
-#: normalisation, pooling and the elementwise ops between them (a matmul or softmax has no channels to move)
-CHANNELS_LAST_OP_TYPES = frozenset({
-    "Conv", "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool", "Relu", "Add", "Mul", "Sub", "Div",
-    "Sqrt", "Erf", "Tanh", "Sigmoid", "Exp", "Log", "Neg", "Clip", "Gelu",
-})  # fmt: skip
 
 #: ONNX element types by name (numpy's spelling) and TensorProto number
 ELEMENT_TYPES: dict[str, int] = {

@@ -6,12 +6,18 @@ from __future__ import annotations
 from dlbench.config import BenchmarkConfig
 from dlbench.core.autocast import autocast_dtype
 from dlbench.core.descriptors import DESCRIPTORS, operation_cost
-from dlbench.core.dtypes import CHANNELS_LAST_OP_TYPES, DTYPE_BYTES, MEMORY_FORMATS, SHORT_NAMES
+from dlbench.core.dtypes import DTYPE_BYTES, MEMORY_FORMATS, SHORT_NAMES
 from dlbench.core.errors import ConfigurationError
 from dlbench.core.settings import ROW_DTYPES
 from dlbench.core.values import Number, Operation, operation_name
 
 META_KEYS = ("name", "count", "dtype", "memory_format")
+#: the op types whose 4-D tensors ``channels_last=true`` lays out NHWC in an operator sweep: a CNN's convolution,
+#: normalisation, pooling and the elementwise ops between them (a matmul or softmax has no channels to move)
+CHANNELS_LAST_OP_TYPES = frozenset({
+    "Conv", "BatchNormalization", "MaxPool", "AveragePool", "GlobalAveragePool", "Relu", "Add", "Mul", "Sub", "Div",
+    "Sqrt", "Erf", "Tanh", "Sigmoid", "Exp", "Log", "Neg", "Clip", "Gelu",
+})  # fmt: skip
 
 
 def _number(value: object, where: str) -> Number:
