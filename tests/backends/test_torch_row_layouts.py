@@ -9,8 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from dlbench.backends.torch.kernels import KERNELS
+from dlbench.backends.torch.layouts import cannot_run, row_parameters
 from dlbench.backends.torch.params import UnsupportedRow, laid_out_as
-from dlbench.backends.torch.run import _rotation, _Run, cannot_run
+from dlbench.backends.torch.run import _rotation
 from dlbench.core.descriptors import DESCRIPTORS
 from dlbench.core.settings import row_code
 
@@ -85,20 +86,20 @@ def test_a_bfloat16_row_computes_in_bfloat16(op_type: str, params: dict) -> None
     assert first(KERNELS[op_type](params, CPU, torch.bfloat16)()).dtype == torch.bfloat16
 
 
-def run_for(op_type: str) -> _Run:
-    return _Run(op_type, CPU, torch.float32, "contiguous", "hot", 0, 0.8, None, None, {})  # type: ignore[arg-type]
+def row(values: list[float]) -> tuple:
+    return row_parameters("Conv", DESCRIPTORS["Conv"], values, torch.float32, "contiguous")
 
 
 def test_a_row_carries_its_dtype_and_memory_format_after_its_parameters() -> None:
     values = [float(CONV.get(d, 0)) for d in DESCRIPTORS["Conv"]]
     codes = [row_code("dtype", "bfloat16"), row_code("memory_format", "channels_last")]
-    params, dtype, layout = run_for("Conv").row([*values, *codes])
+    params, dtype, layout = row([*values, *codes])
     assert (dtype, layout) == (torch.bfloat16, "channels_last") and params["K"] == 4
-    assert run_for("Conv").row(values)[1:] == (torch.float32, "contiguous")  # the invocation's
+    assert row(values)[1:] == (torch.float32, "contiguous")  # the invocation's
     with pytest.raises(UnsupportedRow, match=r"dtype 7 \(int64\) is none of float32"):
-        run_for("Conv").row([*values, 7, 0])
+        row([*values, 7, 0])
     with pytest.raises(UnsupportedRow, match="then optionally dtype, memory_format"):
-        run_for("Conv").row([*values, 1])
+        row([*values, 1])
 
 
 def test_an_operator_torch_lacks_for_a_dtype_is_named_unable_in_that_dtype() -> None:

@@ -6,22 +6,23 @@ import math
 import os
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from functools import partial
 from pathlib import Path
 
 import torch
 
-from dlbench.backends.timing import Timing, TimingSettings, clock_for, time_repeated
+from dlbench.backends.timing import TimingSettings, clock_for, time_repeated
 from dlbench.backends.torch.fp32_math import apply_fp32_math
 from dlbench.backends.torch.kernels import DTYPES, KERNELS
+from dlbench.backends.torch.layouts import MEMORY_FORMATS, cannot_run, laid_out_as, row_parameters
 from dlbench.backends.torch.memory import free_memory, memory_problem, tensor_bytes
-from dlbench.backends.torch.params import MEMORY_FORMATS, UnsupportedRow, laid_out_as
+from dlbench.backends.torch.params import UnsupportedRow
 from dlbench.backends.torch.rotation import cold_footprint, fault_in, rotated, row_copies, touched_bytes
 from dlbench.core.allocator import release_free_heap
 from dlbench.core.cores import resolve_threads
 from dlbench.core.descriptors import DESCRIPTORS
-from dlbench.core.settings import CACHE_STATES, ROW_SETTINGS, from_environment, row_value
+from dlbench.core.settings import CACHE_STATES, from_environment
 from dlbench.operators.footprint_file import (
     ROTATION_HEADER,
     footprints_path_for,
@@ -62,8 +63,8 @@ def _device_from_env() -> torch.device:
 
 
 def _configure() -> tuple[torch.dtype, str, str] | None:
-    """Threads and float32 math set from the environment; its dtype, cache state and memory format, or None
-    after saying what is wrong."""
+    """Threads and float32 math set from the environment; its dtype, cache state and memory format (a row's own
+    come after its parameters), or None after saying what is wrong."""
     try:
         run = from_environment(("threads", "dtype", "caches", "fp32_math", "memory_format"))
         apply_fp32_math(str(run["fp32_math"]))
@@ -120,95 +121,28 @@ def _after_fault_in(fn, copies: int, settings: TimingSettings, device: torch.dev
     return replace(settings, warmup=0)
 
 
-@dataclass(frozen=True)
-class _Run:
-    """What every row of one invocation shares: the operator, where and how it is timed, the defaults."""
-
-    op_type: str
-    device: torch.device
-    dtype: torch.dtype
-    memory_format: str
-    caches: str
-    cap: int
-    memory_fraction: float
-    settings: TimingSettings
-    clock: object
-    step_footprints: dict[int, int]
-
-    def row(self, values: list[float]) -> tuple[dict[str, float], torch.dtype, str]:
-        """A row's parameters, dtype and memory format: its own where it carries them after the parameters
-        (``core/settings.py`` ``ROW_SETTINGS``), else the invocation's."""
-        descriptors = DESCRIPTORS[self.op_type]
-        extra = len(values) - len(descriptors)
-        if extra not in (0, len(ROW_SETTINGS)):
-            raise UnsupportedRow(
-                f"{len(values)} parameters, {self.op_type} takes {len(descriptors)}: {', '.join(descriptors)} "
-                f"(then optionally {', '.join(ROW_SETTINGS)})"
-            )
-        params = dict(zip(descriptors, values[: len(descriptors)], strict=True))
-        if not extra:
-            return params, self.dtype, self.memory_format
-        try:
-            codes = zip(ROW_SETTINGS, values[len(descriptors) :], strict=True)
-            named = {key: row_value(key, code) for key, code in codes}
-        except ValueError as err:
-            raise UnsupportedRow(str(err)) from err
-        return params, DTYPES[named["dtype"]], named["memory_format"]
-
-    def time(self, op_id: int, values: list[float]) -> tuple[Timing, str] | str:
-        """One row timed, with its rotation line; or why it was not (a row in a dtype or memory format this
-        device cannot run says "unable: bfloat16")."""
-        dtype, layout = self.dtype, self.memory_format
-        try:
-            params, dtype, layout = self.row(values)
-            release_free_heap()  # every row starts from the same heap, whatever the rows before it freed
-            cache_state = (self.caches, self.cap, self.step_footprints.get(op_id))
-            with laid_out_as(layout):
-                row = _rotation(self.op_type, params, self.device, dtype, cache_state, self.memory_fraction)
-            if isinstance(row, str):
-                return row
-            fn, row_bytes, copies = row
-            line = rotation_line(op_id, row_bytes, copies, self.cap)
-            settings = _after_fault_in(fn, copies, self.settings, self.device)
-            timing = time_repeated(fn, settings, clock=self.clock)
-            del fn  # free this row's tensors before the next row is sized
-            if self.device.type == "cuda":
-                torch.cuda.empty_cache()  # else the caching allocator's hold shows as used memory
-            return timing, line
-        except (UnsupportedRow, RuntimeError, MemoryError) as err:
-            return cannot_run(self.op_type, err, dtype, layout)
-
-
-def cannot_run(op_type: str, err: Exception, dtype: torch.dtype, memory_format: str) -> str:
-    """Why a row did not run: "unable: <dtype>" where torch has no kernel of the operator for its dtype on
-    this device (the sweep names such rows), else the operator and the error."""
-    text = str(err).splitlines()[0] if str(err) else type(err).__name__
-    if isinstance(err, RuntimeError) and "not implemented for" in text:
-        return f"unable: {str(dtype).removeprefix('torch.')} ({op_type}: {text})"
-    return f"{op_type} cannot run: {text}" + (f" (in {memory_format})" if memory_format != "contiguous" else "")
-
-
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     if len(args) != 2 or args[0] not in KERNELS:
         print(f"usage: python -m dlbench.backends.torch {{{','.join(KERNELS)}}} INPUT.csv", file=sys.stderr)
         return 2
     op_type, input_path = args[0], Path(args[1])
+    descriptors = DESCRIPTORS[op_type]
     configured = _configure()
     if configured is None:
         return 2
     dtype, caches, memory_format = configured
     device = _device_from_env()
+    settings = TimingSettings.from_env()
+    memory_fraction = _memory_fraction_from_env()
+    cap = cold_footprint(caches, device)
+    clock = clock_for(device.type)  # CUDA events on a GPU: device time, no synchronize per call
     try:
         rows = read_input(input_path)
         step_footprints = read_footprints(footprints_path_for(input_path)) if caches == "step" else {}
     except (OSError, ValueError) as err:
         print(f"cannot read {input_path}: {err}", file=sys.stderr)
         return 2
-    run = _Run(
-        op_type, device, dtype, memory_format, caches, cold_footprint(caches, device), _memory_fraction_from_env(),
-        TimingSettings.from_env(), clock_for(device.type), step_footprints,
-    )  # fmt: skip
     failed = 0
     with (
         output_path_for(input_path).open("w", encoding="utf-8") as out,
@@ -217,25 +151,39 @@ def main(argv: list[str] | None = None) -> int:
         torch.inference_mode(False),
         torch.no_grad(),
     ):
-        launch = hasattr(run.clock, "launch_ms")  # CUDA events: the host's issuing time is measured apart
+        launch = hasattr(clock, "launch_ms")  # CUDA events: the host's issuing time is measured apart
         out.write(output_header(launch=launch))
         out.flush()
         samples_out.write(SAMPLES_HEADER)
         rotation_out.write(",".join(ROTATION_HEADER) + "\n")
         for op_id, values in rows:
-            timed = run.time(op_id, values)
-            if isinstance(timed, str):
+            row_dtype, layout = dtype, memory_format
+            try:  # a row in its own dtype and memory format where it carries them
+                params, row_dtype, layout = row_parameters(op_type, descriptors, values, dtype, memory_format)
+                release_free_heap()  # every row starts from the same heap, whatever the rows before it freed
+                with laid_out_as(layout):
+                    row = _rotation(op_type, params, device, row_dtype, (caches, cap, step_footprints.get(op_id)),
+                                    memory_fraction)  # fmt: skip
+                if isinstance(row, str):
+                    failed += 1
+                    print(f"id {op_id}: {row}", file=sys.stderr, flush=True)
+                    continue
+                fn, row_bytes, copies = row
+                rotation_out.write(rotation_line(op_id, row_bytes, copies, cap))
+                rotation_out.flush()
+                timing = time_repeated(fn, _after_fault_in(fn, copies, settings, device), clock=clock)
+                del fn  # free this row's tensors before the next row is sized
+                if device.type == "cuda":
+                    torch.cuda.empty_cache()  # else the caching allocator's hold shows as used memory
+            except (UnsupportedRow, RuntimeError, MemoryError) as err:
                 failed += 1
-                print(f"id {op_id}: {timed}", file=sys.stderr, flush=True)
+                print(f"id {op_id}: {cannot_run(op_type, err, row_dtype, layout)}", file=sys.stderr, flush=True)
                 continue
-            timing, line = timed
-            rotation_out.write(line)
-            rotation_out.flush()
             s = timing.stats
             if timing.budget_spent:
                 print(
-                    f"id {op_id}: time budget of {run.settings.budget_s:g} s spent after {s.reps} repetitions "
-                    f"(min_reps {run.settings.min_reps}); the measurement is kept",
+                    f"id {op_id}: time budget of {settings.budget_s:g} s spent after {s.reps} repetitions "
+                    f"(min_reps {settings.min_reps}); the measurement is kept",
                     file=sys.stderr,
                     flush=True,
                 )
