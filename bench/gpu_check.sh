@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One check of dlbench on a GPU machine, in at most 8 minutes (docs/gpu-check.md): builds native/ (the CUDA
 # family: no CUDA compiler needed), runs ctest and `pytest -m gpu`, evaluates resnet_cifar, transformer_lm and mlp
-# at two batch sizes each (task=evaluate device=cuda, the default configuration), sweeps the ResNet-50
+# at two batch sizes each (task=evaluate device=cuda, the default configuration) and resnet_cifar once with
+# amp=bf16 (autocast), sweeps the ResNet-50
 # convolutions and BERT GEMMs on torch and on the native kernels in fp32 (IEEE), TF32 and bf16, runs an NCCL
 # all-reduce at world size 1, and writes one summary table (bench/gpu_summary.py) to $OUT/summary.md.
 #
@@ -52,9 +53,10 @@ export -f native
 step native 150 native > "$OUT/native.log" 2>&1; grep -E "built|SKIPPED|error" "$OUT/native.log" | head -8
 step ctest 45 ctest --test-dir native/build --output-on-failure -j 4 > "$OUT/ctest.log" 2>&1; tail -3 "$OUT/ctest.log"
 
-evaluate() {  # model, batch size: bench/prediction_error.py writes its row to $OUT/evaluations_<model>_<bs>.csv
-  python3 bench/prediction_error.py --models "$1" --batch-sizes "$2" --threads 0 --steps 30 --rounds 2 \
-    --store "$OUT/gpu_check.db" --experiment gpu_check --out "$OUT/evaluations_$1_$2.csv" device=cuda 2>&1 | tail -4
+evaluate() {  # model, batch size[, csv, overrides...]: bench/prediction_error.py writes its row to the csv
+  local model=$1 batch=$2 csv=${3:-$OUT/evaluations_$1_$2.csv}; shift $(( $# < 3 ? $# : 3 ))
+  python3 bench/prediction_error.py --models "$model" --batch-sizes "$batch" --threads 0 --steps 30 --rounds 2 \
+    --store "$OUT/gpu_check.db" --experiment gpu_check --out "$csv" device=cuda "$@" 2>&1 | tail -4
 }
 export -f evaluate
 for run in "mlp 64 35" "mlp 1024 35" "transformer_lm 64 45" "transformer_lm 256 45" "resnet_cifar 64 55" \
@@ -62,6 +64,9 @@ for run in "mlp 64 35" "mlp 1024 35" "transformer_lm 64 45" "transformer_lm 256 
   set -- $run
   step "evaluate $1 bs$2" "$3" evaluate "$1" "$2"
 done
+# autocast as GPU training runs it: bf16 convolutions and matmuls, the rest float32 (docs/mixed-precision.md);
+# its own file, apart from the float32 evaluations' table
+step "evaluate resnet_cifar bs64 amp=bf16" 55 evaluate resnet_cifar 64 "$OUT/amp_evaluations_resnet_cifar_64.csv" amp=bf16
 python3 - "$OUT" <<'PY'
 import sys
 from pathlib import Path

@@ -49,6 +49,7 @@ def results_frame(operations: Sequence[Operation], result: SweepResult, implemen
     rows = []
     reused = set(result.extra.get("reused", ()))
     timed_passes = any(op.timed_passes for op in operations)
+    own_layouts = any(op.dtype or op.memory_format for op in operations)
     keys: Counter[str] = Counter()
     for op in operations:
         m = result.measurements.get(op.id)
@@ -65,6 +66,8 @@ def results_frame(operations: Sequence[Operation], result: SweepResult, implemen
         row.update({"count": op.count, "nodes": ";".join(op.nodes), "flops": op.flops, "bytes": op.bytes_moved})
         if timed_passes:
             row["timed_passes"] = "+".join(op.timed_passes)
+        if own_layouts:  # what each ran in where a row names it (empty: the sweep's dtype, contiguous)
+            row.update({"dtype": op.dtype, "memory_format": op.memory_format})
         stats = m.stats.as_dict() if m is not None and m.stats is not None else dict.fromkeys(STAT_COLUMNS)
         row.update(stats)
         median = stats["median_ms"]

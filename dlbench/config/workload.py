@@ -66,6 +66,13 @@ class RegistryEntry:
     passes: list[str] = field(default_factory=list)
     #: the executable also reads ``<input stem>_nodes.json``: each operation's ONNX node (operators.protocol)
     node_file: bool = False
+    #: what the executable takes per row, as numbers after the row's parameters: ``dtype``, ``memory_format``
+    #: (docs/protocol.md); else rows of one dtype and memory format go together, told by DLBENCH_* variables
+    row_settings: list[str] = field(default_factory=list)
+    #: the dtypes it runs (empty: any; a row in another is ``unsupported``, "unable: bfloat16")
+    dtypes: list[str] = field(default_factory=list)
+    #: the memory formats it runs (a row in another is ``unsupported``, "unable: channels_last")
+    memory_formats: list[str] = field(default_factory=lambda: ["contiguous"])
 
 
 @dataclass

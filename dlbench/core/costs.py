@@ -98,6 +98,11 @@ def operation_cost(op_type: str, p: Mapping[str, Number], dtype_bytes: int = 4) 
         if op_type == "SoftmaxCrossEntropyLoss":  # log_softmax + gather; backward: zero, scatter, softmax grad
             e = int(p["N"]) * int(p["C"])
             return float(5 * e), dtype_bytes * float((2 if mode == 0 else 4) * e)
+        if op_type == "AmpUnscale":  # each element read, checked, multiplied and written back
+            e = int(p["elements"])
+            return float(2 * e), dtype_bytes * float(2 * e)
+        if op_type == "AmpUpdateScale":  # per scale: it, the growth tracker and found_inf read, two written
+            return 2.0 * int(p.get("N", 1)), 20.0 * int(p.get("N", 1))
         if op_type in ("Softmax", "LayerNormalization"):
             e = _elements(p)
             return float(5 * e if op_type == "Softmax" else 8 * e), dtype_bytes * float(2 * e)

@@ -64,6 +64,10 @@ LOSSES: dict[str, list[str]] = {
     "NLLLoss": "N C mode".split(),
 }
 
+#: GradScaler's operators: the unscale of ``tensors`` gradients of ``elements`` elements in all (their dtype the
+#: row's) with its inf/NaN check, and the update of ``N`` one-element scales (1: GradScaler keeps one)
+AMP: dict[str, list[str]] = {"AmpUnscale": ["tensors", "elements"], "AmpUpdateScale": ["N"]}
+
 #: op_type -> canonical descriptors, the ``param_descr`` of the shipped registry entries.
 DESCRIPTORS: dict[str, list[str]] = {
     "Conv": CONV,
@@ -82,6 +86,7 @@ DESCRIPTORS: dict[str, list[str]] = {
     **LOSSES,
     # a batch of ``ops`` operators too small to compute: the framework's own cost per operator
     "FrameworkOverhead": "ops mode".split(),
+    **AMP,
     **{op: ELEMENTWISE for op in ("Sqrt", "Erf", "Tanh", "Sigmoid", "Exp", "Log", "Neg", "Clip")},
     "Gelu": GELU,
     "Cast": CAST,

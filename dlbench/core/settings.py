@@ -9,6 +9,8 @@ import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from dlbench.core.dtypes import ELEMENT_TYPE_NAMES, ELEMENT_TYPES, FLOAT_TYPES, MEMORY_FORMATS
+
 
 @dataclass(frozen=True)
 class Setting:
@@ -85,6 +87,34 @@ RUN_SETTINGS: tuple[Setting, ...] = (
 
 EXECUTABLE_SETTINGS: tuple[Setting, ...] = MEASURE_SETTINGS + RUN_SETTINGS
 
+#: The memory format of a group of rows, for an executable that takes it through the environment (a registry
+#: entry listing ``channels_last`` in ``memory_formats`` without ``row_settings``); never set otherwise
+MEMORY_FORMAT_SETTING = Setting(
+    "memory_format", "DLBENCH_MEMORY_FORMAT", str, MEMORY_FORMATS[0],
+    "contiguous, or channels_last (NHWC strides of 4-D tensors); set for a group of rows of one memory format",
+)  # fmt: skip
+#: What an executable may take per row (a registry entry's ``row_settings``): numbers after the row's
+#: parameters, in this order (:func:`row_code`); else each group of rows of one value gets its variable
+ROW_SETTINGS = ("dtype", "memory_format")
+#: the dtypes a row may run in
+ROW_DTYPES = FLOAT_TYPES
+
+
+def row_code(key: str, value: str) -> int:
+    """The number a row carries for ``key`` (a :data:`ROW_SETTINGS` name): a dtype's ONNX element type, a memory
+    format's position in :data:`dlbench.core.dtypes.MEMORY_FORMATS`."""
+    return ELEMENT_TYPES[value] if key == "dtype" else MEMORY_FORMATS.index(value)
+
+
+def row_value(key: str, code: float) -> str:
+    """The name a row's number stands for; a number that names nothing raises ``ValueError`` naming it."""
+    names = {ELEMENT_TYPES[d]: d for d in ROW_DTYPES} if key == "dtype" else dict(enumerate(MEMORY_FORMATS))
+    if not float(code).is_integer() or int(code) not in names:
+        known = ELEMENT_TYPE_NAMES.get(int(code), "") if float(code).is_integer() else ""
+        raise ValueError(f"{key} {code:g}{f' ({known})' if known else ''} is none of {', '.join(names.values())}")
+    return names[int(code)]
+
+
 #: ``measure.<key>`` in the config that dlbench's runner uses itself; never handed to an executable.
 RUNNER_SETTINGS: tuple[Setting, ...] = (
     Setting(
@@ -100,7 +130,7 @@ RUNNER_SETTINGS: tuple[Setting, ...] = (
         "`contended` if it waits again (CPU only); 0: never",
     ),
 )  # fmt: skip
-_BY_KEY = {s.key: s for s in EXECUTABLE_SETTINGS + RUNNER_SETTINGS}
+_BY_KEY = {s.key: s for s in (*EXECUTABLE_SETTINGS, *RUNNER_SETTINGS, MEMORY_FORMAT_SETTING)}
 
 
 def default(key: str) -> int | float | str:

@@ -12,11 +12,18 @@ from typing import Any
 
 import pandas as pd
 
+from dlbench.core.dtypes import MEMORY_FORMATS
 from dlbench.core.nodes import TensorSpec
+from dlbench.core.settings import ROW_DTYPES
 from dlbench.core.values import Number, Operation, operation_name
 
 #: Columns every database has, in order; one column per named descriptor follows them.
-COLUMNS = ("id", "op_type", "name", "params", "count", "nodes", "input_shapes", "flops", "bytes", "pass", "source_id")
+#: ``dtype`` and ``memory_format``: what the operation runs in (``core/dtypes.py`` names; empty: the sweep's dtype,
+#: contiguous), as recorded or as ``amp=``/``channels_last=`` set it; a file without them runs in the sweep's own
+COLUMNS = (
+    "id", "op_type", "name", "params", "count", "nodes", "input_shapes", "flops", "bytes", "pass", "source_id",
+    "dtype", "memory_format",
+)  # fmt: skip
 _REQUIRED = ("id", "op_type", "params", "count", "nodes")
 
 
@@ -40,7 +47,8 @@ def operation_key(operation: Operation) -> tuple[Any, ...]:
         inputs = tuple(None if t is None else _tensor_key(t) for t in node.inputs)
         attributes = tuple(sorted((a.name, a.kind, repr(a.value)) for a in node.attributes))
         node_key = (node.domain, node.opsets, inputs, tuple(_tensor_key(t) for t in node.outputs), attributes)
-    return operation.op_type, tuple(operation.params), tuple(operation.input_shapes), node_key
+    layout = (operation.dtype, operation.memory_format)
+    return operation.op_type, tuple(operation.params), tuple(operation.input_shapes), node_key, layout
 
 
 def _tensor_key(tensor: TensorSpec) -> tuple[Any, ...]:
@@ -99,6 +107,8 @@ def operations_frame(
             "bytes": op.bytes_moved,
             "pass": source[1] if source else "forward",
             "source_id": source[0] if source else None,
+            "dtype": op.dtype,
+            "memory_format": op.memory_format,
         }
         for descr, value in op.params:
             if descr != "?":
@@ -157,6 +167,7 @@ def frame_operations(frame: pd.DataFrame, source: str = "operations") -> list[Op
                     nodes=nodes,
                     flops=_optional_float(cells.get("flops", "")),
                     bytes_moved=_optional_float(cells.get("bytes", "")),
+                    **_row_settings(cells, where),
                 )
             )
         except (TypeError, ValueError) as err:
@@ -164,6 +175,15 @@ def frame_operations(frame: pd.DataFrame, source: str = "operations") -> list[Op
                 raise
             raise OperationDatabaseError(f"{where}: {err}") from err
     return operations
+
+
+def _row_settings(cells: Mapping[str, str], where: str) -> dict[str, str]:
+    """A row's ``dtype`` and ``memory_format`` (empty where the column is missing or blank), checked."""
+    out = {"dtype": cells.get("dtype", "").strip(), "memory_format": cells.get("memory_format", "").strip()}
+    for column, allowed in (("dtype", ROW_DTYPES), ("memory_format", MEMORY_FORMATS)):
+        if out[column] and out[column] not in allowed:
+            raise OperationDatabaseError(f"{where}, column {column}: {out[column]!r}; use one of {', '.join(allowed)}")
+    return out
 
 
 def frame_sources(frame: pd.DataFrame) -> dict[int, tuple[int, str]]:

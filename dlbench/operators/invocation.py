@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import re
 import sys
+import time
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,23 @@ from dlbench.operators.align import AlignmentError, align_operation, misfit
 from dlbench.operators.embedded import is_embedded, run_embedded
 from dlbench.operators.footprint_file import footprints_path_for, write_footprints
 from dlbench.operators.node_file import nodes_path_for, write_nodes
-from dlbench.operators.protocol import ProtocolError, ids_written, parse_output, read_samples, write_input
+from dlbench.operators.protocol import (
+    ProtocolError,
+    ids_written,
+    output_path_for,
+    parse_output,
+    read_samples,
+    samples_path_for,
+    write_input,
+)
 from dlbench.operators.registry import OperatorBenchmark
+from dlbench.operators.row_settings import (
+    merge_text_files,
+    row_groups,
+    unable_measurement,
+    unable_reason,
+    with_row_codes,
+)
 
 
 def _stderr_lines_about(stderr: str, op_id: int) -> str:
@@ -54,6 +70,9 @@ def align_rows(
     """Each operation's values in the benchmark's parameter order, and a misfit for those that do not fit."""
     rows, misfits = [], {}
     for op in operations:
+        if reason := unable_reason(benchmark, op):  # a dtype or memory format it does not run
+            misfits[op.id] = unable_measurement(op.id, reason)
+            continue
         try:
             values = align_operation(
                 op, benchmark.param_descr, benchmark.permutations, benchmark.name, benchmark.node_file
@@ -71,6 +90,74 @@ def invoke_once(
     settings: Any,
     files: Any,
     on_poll: Callable[[], None] | None,
+) -> Invocation:
+    """Run ``benchmark`` over ``rows`` (in their order): once, each row with its dtype and memory format where
+    the executable takes them per row, else once per group of rows of one dtype and memory format
+    (:mod:`dlbench.operators.row_settings`), their protocol files merged into ``files``."""
+    groups = row_groups(benchmark, operations, rows, settings.dtype)
+    if len(groups) == 1:
+        group = groups[0]
+        coded = with_row_codes(benchmark, operations, group.rows, settings.dtype)
+        told = replace(settings, dtype=group.dtype)
+        return _invoke_group(benchmark, operations, coded, told, files, on_poll, group.environment())
+    parts: list[tuple[Invocation, Any]] = []
+    started = time.perf_counter()
+    for group in groups:
+        left = settings.timeout_s - (time.perf_counter() - started)
+        if parts and (left <= 0 or parts[-1][0].interrupted):  # the groups not run: no result row, said per row
+            break
+        part_files = _group_files(files, group.suffix())
+        told = replace(settings, dtype=group.dtype, timeout_s=left)
+        inv = _invoke_group(benchmark, operations, list(group.rows), told, part_files, on_poll, group.environment())
+        parts.append((inv, part_files))
+    for name in ("input_csv", "output_csv", "stderr_txt", "samples_csv"):
+        if getattr(files, name, None) is not None:
+            merge_text_files(getattr(files, name), [getattr(f, name) for _, f in parts])
+    return _merged([inv for inv, _ in parts])
+
+
+def _group_files(files: Any, suffix: str) -> Any:
+    """The protocol files of one group of rows: the round's own, named with the group's settings."""
+    stem = files.input_csv.stem
+    input_csv = files.input_csv.with_name(f"{stem}_{suffix}.csv")
+    return replace(
+        files,
+        input_csv=input_csv,
+        output_csv=output_path_for(input_csv),
+        stderr_txt=files.stderr_txt.with_name(f"{stem}_{suffix}_stderr.txt"),
+        samples_csv=samples_path_for(input_csv),
+    )
+
+
+def _merged(parts: Sequence[Invocation]) -> Invocation:
+    """One invocation's account of the groups' invocations."""
+    failed = next((p.process for p in parts if p.process.describe_failure()), None)
+    process = replace(
+        failed or parts[-1].process,
+        stdout="".join(p.process.stdout for p in parts),
+        stderr="".join(p.process.stderr for p in parts),
+        seconds=sum(p.process.seconds for p in parts),
+    )
+    merged = Invocation(process, {}, {}, {}, {}, [], any(p.interrupted for p in parts))
+    for part in parts:
+        merged.stats.update(part.stats)
+        merged.samples.update(part.samples)
+        merged.efficiency.update(part.efficiency)
+        merged.failures.update(part.failures)
+        merged.launch.update(part.launch)
+        merged.run_errors.extend(e for e in part.run_errors if e not in merged.run_errors)
+        merged.interrupt = merged.interrupt or part.interrupt
+    return merged
+
+
+def _invoke_group(
+    benchmark: OperatorBenchmark,
+    operations: Sequence[Operation],
+    rows: Sequence[tuple[int, Sequence]],
+    settings: Any,
+    files: Any,
+    on_poll: Callable[[], None] | None,
+    environment: dict[str, str],
 ) -> Invocation:
     """Run ``benchmark`` once over ``rows`` (in their order), reading its process tree's CPU time as rows
     appear where the program does not report its own (:class:`dlbench.core.contention.RowCpuWatch`)."""
@@ -91,8 +178,8 @@ def invoke_once(
         interrupts.check()  # a Ctrl-C a library lost since the job started: measure nothing more
         with nullcontext() if embedded or settings.device != "cpu" else cpu_watch:
             process = run(
-                command, timeout=settings.timeout_s, env=settings.environment(), cwd=files.input_csv.parent,
-                stderr_path=files.stderr_txt, on_poll=on_poll,
+                command, timeout=settings.timeout_s, env={**settings.environment(), **environment},
+                cwd=files.input_csv.parent, stderr_path=files.stderr_txt, on_poll=on_poll,
             )  # fmt: skip
     except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see core.interrupts
         interrupted, interrupt = True, type(err).__name__

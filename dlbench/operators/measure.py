@@ -4,6 +4,7 @@ was measured, the params that describe it, and one error naming every problem af
 from __future__ import annotations
 
 import hashlib
+import logging
 from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
@@ -14,6 +15,7 @@ from dlbench.core.errors import RunInterrupted, TaskFailed
 from dlbench.core.progress import progress
 from dlbench.core.values import Operation, SweepResult
 from dlbench.operators.registry import OperatorBenchmark
+from dlbench.operators.row_settings import sweep_notes
 from dlbench.operators.runner import (
     RunSettings,
     SweepFiles,
@@ -22,6 +24,8 @@ from dlbench.operators.runner import (
     round_files,
     rounds_for,
 )
+
+log = logging.getLogger(__name__)
 
 
 def sweep_params(cfg: DlbenchConfig, entry: OperatorBenchmark, benchmark_name: str, n_ops: int, device: str) -> dict:
@@ -32,6 +36,8 @@ def sweep_params(cfg: DlbenchConfig, entry: OperatorBenchmark, benchmark_name: s
         "op_type": cfg.benchmark.op_type if cfg.benchmark else "",
         "batch_size": cfg.batch_size,
         "dtype": cfg.dtype,
+        "amp": cfg.amp,
+        "channels_last": cfg.channels_last,
         "fp32_math": cfg.fp32_math,
         "threads": cfg.threads,
         "keep_heap": cfg.keep_heap,
@@ -48,7 +54,9 @@ def sweep_params(cfg: DlbenchConfig, entry: OperatorBenchmark, benchmark_name: s
 def operations_digest(entry: OperatorBenchmark, operations: Sequence[Operation]) -> str:
     """A short fingerprint of what a sweep measures: each operation's id and parameters, and the
     implementation's parameter order. Resuming only takes results from a run with the same fingerprint."""
-    text = repr([list(entry.param_descr), [(op.id, op.op_type, op.params) for op in operations]])
+    ops = [(op.id, op.op_type, op.params, *((op.dtype, op.memory_format) if op.dtype or op.memory_format else ()))
+           for op in operations]  # fmt: skip
+    text = repr([list(entry.param_descr), ops])
     return hashlib.sha1(text.encode(), usedforsecurity=False).hexdigest()[:16]
 
 
@@ -79,9 +87,12 @@ def measure_with_progress(
         bar.update(max(0, min(done, total) - bar.n))
 
     try:
-        return measure_operations(entry, operations, settings, workdir, stem=stem, on_poll=poll, probe=probe)
+        result, files = measure_operations(entry, operations, settings, workdir, stem=stem, on_poll=poll, probe=probe)
     finally:
         bar.close()
+    for line in sweep_notes(operations, result, settings.dtype, settings.device):
+        log.warning("%s: %s", entry.name, line)
+    return result, files
 
 
 def raise_for_result(name: str, result: SweepResult, kept: str = "") -> None:

@@ -78,6 +78,6 @@ def with_passes(operations: Sequence[Operation], passes: Sequence[str], dtype: s
         return list(operations)
     costed = []
     for op in operations:
-        flops, moved = cost_of_passes(op, passes, dtype)
+        flops, moved = cost_of_passes(op, passes, op.dtype or dtype)  # a row of its own dtype: its bytes
         costed.append(replace(op, flops=flops or None, bytes_moved=moved or None, timed_passes=tuple(passes)))
     return costed

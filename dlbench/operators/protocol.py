@@ -20,11 +20,11 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from dlbench.core.settings import EXECUTABLE_SETTINGS
+from dlbench.core.settings import EXECUTABLE_SETTINGS, MEMORY_FORMAT_SETTING
 from dlbench.core.values import TIME_UNITS_TO_MS, Number, TimeStats
 
 #: Environment variables an executable may read (see :mod:`dlbench.core.settings`). Unset: its own default.
-ENV_VARS = {s.env: s.help for s in EXECUTABLE_SETTINGS}
+ENV_VARS = {s.env: s.help for s in (*EXECUTABLE_SETTINGS, MEMORY_FORMAT_SETTING)}
 
 MAX_OUTPUT_BYTES = 64 * 1024 * 1024
 

@@ -19,6 +19,8 @@ from omegaconf import MISSING
 
 from dlbench import CONF_DIR, PROJECT_ROOT
 from dlbench.config import RegistryEntry, TrainingEntry
+from dlbench.core.dtypes import MEMORY_FORMATS
+from dlbench.core.settings import ROW_DTYPES, ROW_SETTINGS
 from dlbench.operators.align import Permutation, PermutationError, parse_param_descr
 from dlbench.operators.passes import check_passes
 
@@ -178,6 +180,11 @@ class OperatorBenchmark:
     #: the passes one reported time covers (empty: the operation's own pass)
     passes: tuple[str, ...] = ()
     node_file: bool = False
+    #: taken per row after the parameters (``core/settings.py`` ``ROW_SETTINGS``); the dtypes and memory formats
+    #: it runs (empty dtypes: any)
+    row_settings: tuple[str, ...] = ()
+    dtypes: tuple[str, ...] = ()
+    memory_formats: tuple[str, ...] = ("contiguous",)
 
     def serves(self, op_type: str) -> bool:
         return op_type == self.name or op_type in self.synonyms or ANY_OP_TYPE in self.synonyms
@@ -210,6 +217,7 @@ class OperatorBenchmark:
             passes = check_passes([str(p) for p in entry.passes], [entry.name, *entry.synonyms])
         except ValueError as err:
             raise RegistryError(f"{where}: field passes: {err}") from err
+        _check_row_fields(entry, where)
         return cls(
             name=entry.name,
             synonyms=tuple(entry.synonyms),
@@ -222,7 +230,24 @@ class OperatorBenchmark:
             description=entry.description,
             passes=passes,
             node_file=bool(entry.node_file),
+            row_settings=tuple(entry.row_settings),
+            dtypes=tuple(entry.dtypes),
+            memory_formats=tuple(entry.memory_formats),
         )
+
+
+def _check_row_fields(entry: RegistryEntry, where: str) -> None:
+    """``row_settings`` a prefix of ``ROW_SETTINGS`` order, ``dtypes`` and ``memory_formats`` known names."""
+    for field_name, given, known in (
+        ("row_settings", entry.row_settings, ROW_SETTINGS),
+        ("dtypes", entry.dtypes, ROW_DTYPES),
+        ("memory_formats", entry.memory_formats, MEMORY_FORMATS),
+    ):
+        unknown = [str(v) for v in given if v not in known]
+        if unknown:
+            raise RegistryError(f"{where}: field {field_name}: {', '.join(unknown)}; use some of {', '.join(known)}")
+    if list(entry.row_settings) != list(ROW_SETTINGS[: len(entry.row_settings)]):
+        raise RegistryError(f"{where}: field row_settings: list them in the order {', '.join(ROW_SETTINGS)}")
 
 
 @dataclass(frozen=True)

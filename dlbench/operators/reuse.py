@@ -78,10 +78,11 @@ def operation_params(op: Operation) -> str:
     and ONNX node (:func:`dlbench.onnx.opdb.operation_key`): two Concats with the same output and other
     inputs have the same parameters but are other problems."""
     params = json.dumps([[d, v] for d, v in op.params], separators=(",", ":"))
-    _, _, shapes, node = operation_key(op)
-    if not shapes and node is None:
+    _, _, shapes, node, layout = operation_key(op)
+    if not shapes and node is None and not any(layout):
         return params
-    digest = hashlib.sha1(repr((shapes, node)).encode(), usedforsecurity=False).hexdigest()[:16]
+    keyed = (shapes, node, layout) if any(layout) else (shapes, node)  # a row's own dtype or memory format
+    digest = hashlib.sha1(repr(keyed).encode(), usedforsecurity=False).hexdigest()[:16]
     return f"{params}|{digest}"
 
 

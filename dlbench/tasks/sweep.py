@@ -34,7 +34,7 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
     unavailable = [f"{e.name} is not available: {e.unavailable_reason}" for e in implementations if not e.available]
     if len(unavailable) == len(implementations):
         raise TaskFailed("\n".join(unavailable))  # before the store is opened: nothing will be measured
-    operations = operations_from_benchmark(bench, cfg.dtype)
+    operations = operations_from_benchmark(bench, cfg.dtype, cfg.amp, cfg.channels_last, device)
     check_ranks_fit((op.param_dict["world_size"] for op in operations if "world_size" in op.param_dict), device)
     place = run_place(cfg, ctx)
     target = place.target

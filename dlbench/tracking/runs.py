@@ -40,8 +40,10 @@ def run_place(cfg: DlbenchConfig, ctx: AppContext) -> RunPlace:
 
 def job_run_name(cfg: DlbenchConfig, benchmark: str, parts: Sequence[str] = (), device: str = "") -> str:
     """A run name that fits the run list: benchmark, ``parts`` (implementation, ...), batch size, dtype,
-    the device where it is not the CPU, and the short host name."""
-    return run_name(benchmark, parts, cfg.batch_size, cfg.dtype, device or cfg.device, cfg.fp32_math)
+    the device where it is not the CPU, and the short host name; ``amp``/``channels_last`` where set (ampbf16, nhwc)."""
+    precision = [f"amp{cfg.amp}"] if cfg.amp != "none" else []
+    precision += ["nhwc"] if cfg.channels_last else []
+    return run_name(benchmark, [*parts, *precision], cfg.batch_size, cfg.dtype, device or cfg.device, cfg.fp32_math)
 
 
 def run_tags(ctx: AppContext, kind: str, benchmark: str, implementation: str = "") -> dict[str, str]:

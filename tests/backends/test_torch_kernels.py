@@ -66,10 +66,8 @@ def test_conv_backward_modes_compute_the_autograd_gradients(mode: int) -> None:
     torch.testing.assert_close(got, expected)
     # and the kernel's timed callable computes that gradient of its own tensors
     fn = tk.conv(p, CPU, F32)
-    own = dict(zip(fn.__code__.co_freevars, (c.cell_contents for c in fn.__closure__), strict=True))
-    x_own = own["x"].clone().requires_grad_()
-    w_own = own["weight"].clone().requires_grad_()
-    F.conv2d(x_own, w_own, None, (2, 1), (1, 1), (1, 2), 2).backward(own["grad"])
+    x_own, w_own = (t.clone().requires_grad_() for t in fn.inputs)
+    F.conv2d(x_own, w_own, None, (2, 1), (1, 1), (1, 2), 2).backward(fn.grad_outputs[0])
     result = fn()
     torch.testing.assert_close(result[0] if mode == 1 else result[1], x_own.grad if mode == 1 else w_own.grad)
 

@@ -59,7 +59,8 @@ def test_the_check_script_records_the_steps_its_budget_left_out(tmp_path: Path) 
     steps = [line.split("\t") for line in (tmp_path / "steps.tsv").read_text().splitlines()]
     evaluations = [f"evaluate {m} bs{b}" for m, sizes in (("mlp", (64, 1024)), ("transformer_lm", (64, 256)),
                                                            ("resnet_cifar", (64, 512))) for b in sizes]  # fmt: skip
-    assert [s[0] for s in steps] == ["native", "ctest", *evaluations, "conv and gemm: native vs torch",
+    assert [s[0] for s in steps] == ["native", "ctest", *evaluations, "evaluate resnet_cifar bs64 amp=bf16",
+                                     "conv and gemm: native vs torch",
                                      "NCCL all-reduce, 1 rank", "pytest -m gpu"]  # fmt: skip
     assert {s[1] for s in steps} == {"skipped"}
     assert "gpu check: " in done.stdout and (tmp_path / "summary.md").is_file()

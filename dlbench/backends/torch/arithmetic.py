@@ -17,6 +17,7 @@ from dlbench.backends.torch.params import (
     autograd_pass,
     glue,
     gradient_inputs,
+    in_layout,
     integer,
     mode_of,
 )
@@ -39,9 +40,9 @@ def binary_kernel(op_type: str) -> Kernel:
 
     def kernel_fn(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass:
         a_shape, b_shape = glue(op_type, p).inputs
-        a = torch.randn(a_shape, device=device, dtype=dtype)
+        a = in_layout(torch.randn(a_shape, device=device, dtype=dtype))
         # a divisor away from 0 (and a gradient -a/b^2 that stays finite)
-        b = torch.rand(b_shape, device=device, dtype=dtype)
+        b = in_layout(torch.rand(b_shape, device=device, dtype=dtype))
         b = b + 0.5 if op_type == "Div" else torch.randn_like(b)
         if op_type == "Mul" and integer(p, "mode", 0) == BUCKET_VIEW_MODE:
             return _into_bucket_view(a, b)

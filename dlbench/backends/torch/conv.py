@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 import torch.nn.functional as F
 
-from dlbench.backends.torch.params import UnsupportedRow, aten, integer, padded, positive, randn, shape4, window
+from dlbench.backends.torch.params import Pass, UnsupportedRow, aten, integer, padded, positive, randn, shape4, window
 
 
-def conv(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Callable[[], object]:
+def conv(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass:
     n, c, h, w = shape4(p)
     positive(p, "K")
     k, groups, mode = integer(p, "K"), integer(p, "group", 1), integer(p, "mode", 0)
@@ -23,9 +21,13 @@ def conv(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Calla
     x, padding = padded(randn((n, c, h, w), device, dtype), pads)
     weight = randn((k, c // groups, *kernel), device, dtype)
     if mode == 0:
-        return lambda: F.conv2d(x, weight, None, strides, padding, dil, groups)
+        return Pass(lambda: F.conv2d(x, weight, None, strides, padding, dil, groups), (x, weight))
     if mode not in (1, 2):
         raise UnsupportedRow(f"mode={mode}: Conv has 0 forward, 1 backward-data, 2 backward-weights")
     grad = torch.randn_like(F.conv2d(x, weight, None, strides, padding, dil, groups))
     mask = [mode == 1, mode == 2, False]
-    return lambda: aten.convolution_backward(grad, x, weight, None, strides, padding, dil, False, [0, 0], groups, mask)
+    return Pass(
+        lambda: aten.convolution_backward(grad, x, weight, None, strides, padding, dil, False, [0, 0], groups, mask),
+        (x, weight),
+        (grad,),
+    )

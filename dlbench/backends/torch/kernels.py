@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import torch
 
+from dlbench.backends.torch.amp import amp_unscale, amp_update_scale
 from dlbench.backends.torch.arithmetic import binary_kernel, power, variadic_kernel, where
 from dlbench.backends.torch.conv import conv
 from dlbench.backends.torch.elementwise import add, relu, softmax
@@ -21,7 +22,7 @@ from dlbench.backends.torch.pointwise import FUNCTIONS, cast, gelu, pointwise_ke
 from dlbench.backends.torch.pool import global_avg_pool, pool_kernel
 from dlbench.backends.torch.reduce import lrn, reduce_kernel
 from dlbench.backends.torch.training_ops import cross_entropy, dispatch
-from dlbench.core import dtypes
+from dlbench.core.settings import ROW_DTYPES
 
 KERNELS: dict[str, Kernel] = {
     "Conv": conv,
@@ -44,6 +45,9 @@ KERNELS: dict[str, Kernel] = {
     "BCEWithLogitsLoss": bce_with_logits,
     "NLLLoss": nll_loss,
     "FrameworkOverhead": dispatch,
+    # GradScaler's unscale with its inf/NaN check, and its scale update
+    "AmpUnscale": amp_unscale,
+    "AmpUpdateScale": amp_update_scale,
     # the glue of real networks
     **{op_type: pointwise_kernel(op_type) for op_type in FUNCTIONS},
     "Gelu": gelu,
@@ -66,4 +70,5 @@ KERNELS: dict[str, Kernel] = {
     **{op_type: logic_kernel(op_type) for op_type in LOGIC},
 }
 
-DTYPES = {name: getattr(torch, name) for name in dtypes.DTYPES}
+#: every dtype a row may run in (``dtype=`` takes the first three)
+DTYPES = {name: getattr(torch, name) for name in ROW_DTYPES}

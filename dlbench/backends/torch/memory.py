@@ -26,8 +26,11 @@ def tensor_bytes(op_type: str, p: dict[str, float], element_size: int) -> int:
     if op_type == "SoftmaxCrossEntropyLoss":
         positive(p, "N", "C")
         return 3 * integer(p, "N") * integer(p, "C") * element_size  # logits, log-probabilities, gradient
-    if op_type == "FrameworkOverhead":
+    if op_type in ("FrameworkOverhead", "AmpUpdateScale"):  # nothing, or three one-element tensors
         return 0
+    if op_type == "AmpUnscale":  # the gradients, unscaled in place
+        positive(p, "elements")
+        return integer(p, "elements") * element_size
     if op_type in UPDATE_COSTS:  # parameters, gradients and up to four state tensors each (AMSGrad, centered)
         positive(p, "tensors")
         n, c, h, w = shape4(p)

@@ -3,7 +3,9 @@ the shared tensor helpers of the kernels."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -43,8 +45,29 @@ def shape4(p: dict[str, float], suffix: str = "") -> tuple[int, int, int, int]:
     return tuple(integer(p, f"{d}{suffix}", 1) for d in "NCHW")  # type: ignore[return-value]
 
 
+#: the memory format a row's 4-D tensors are made in (:func:`laid_out_as`); tensors of other ranks stay dense
+_LAYOUT: ContextVar[torch.memory_format] = ContextVar("dlbench_row_layout", default=torch.contiguous_format)
+MEMORY_FORMATS = {"contiguous": torch.contiguous_format, "channels_last": torch.channels_last}
+
+
+@contextmanager
+def laid_out_as(memory_format: str) -> Iterator[None]:
+    """Build a row's tensors in ``memory_format`` (a ``core/dtypes.py`` name): what :func:`randn`,
+    :func:`in_layout` and :func:`padded` make within; ``torch.*_like`` keeps the format of what it copies."""
+    token = _LAYOUT.set(MEMORY_FORMATS[memory_format])
+    try:
+        yield
+    finally:
+        _LAYOUT.reset(token)
+
+
+def in_layout(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` in the row's memory format where it is 4-D (a copy only where its strides differ)."""
+    return tensor.contiguous(memory_format=_LAYOUT.get()) if tensor.dim() == 4 else tensor
+
+
 def randn(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype, grad: bool = False) -> torch.Tensor:
-    return torch.randn(shape, device=device, dtype=dtype, requires_grad=grad)
+    return in_layout(torch.randn(shape, device=device, dtype=dtype)).requires_grad_(grad)
 
 
 def window(p: dict[str, float]) -> tuple[list[int], list[int], list[int], list[int]]:
@@ -61,7 +84,7 @@ def padded(x: torch.Tensor, pads: list[int], value: float = 0.0) -> tuple[torch.
     """Symmetric pads go to the operator; asymmetric ones are applied once, outside the timed region."""
     if pads[0] == pads[2] and pads[1] == pads[3]:
         return x, [pads[0], pads[1]]
-    return F.pad(x, (pads[1], pads[3], pads[0], pads[2]), value=value).detach(), [0, 0]
+    return in_layout(F.pad(x, (pads[1], pads[3], pads[0], pads[2]), value=value).detach()), [0, 0]
 
 
 def axis_of(p: dict[str, float]) -> int:

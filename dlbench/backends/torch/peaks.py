@@ -14,7 +14,6 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
@@ -22,15 +21,12 @@ from dlbench.backends.timing import TimingSettings, time_repeated
 from dlbench.backends.torch.fp32_math import apply_fp32_math
 from dlbench.config import DlbenchConfig
 from dlbench.core.cores import resolve_threads
+from dlbench.core.cpu_dtypes import INSTRUCTIONS as NATIVE_CPU_FLAGS  # the one list, re-exported for the roofline
+from dlbench.core.cpu_dtypes import cpu_flags
 from dlbench.core.roofline import Roofline
 
 log = logging.getLogger(__name__)
 
-#: CPU flags (Linux /proc/cpuinfo) of instructions that compute in a dtype; without them it is emulated
-NATIVE_CPU_FLAGS = {
-    "bfloat16": ("avx512_bf16", "amx_bf16", "bf16"),
-    "float16": ("avx512_fp16", "amx_fp16", "fphp"),
-}
 #: CUDA compute capability from which the tensor cores compute in a dtype
 NATIVE_CUDA_CAPABILITY = {"bfloat16": (8, 0), "float16": (5, 3)}
 #: CUDA compute capability from which float32 matmuls can run on TF32 tensor cores
@@ -137,19 +133,6 @@ def dtype_supported(dtype: str, device: str) -> str:
     return ""
 
 
-def _cpu_flags(cpuinfo: Path = Path("/proc/cpuinfo")) -> set[str] | None:
-    try:
-        text = cpuinfo.read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return None  # not Linux: nothing is claimed
-    flags: set[str] = set()
-    for line in text.splitlines():
-        name, _, value = line.partition(":")
-        if name.strip().lower() in ("flags", "features"):
-            flags.update(value.split())
-    return flags
-
-
 def emulation(dtype: str, device: str) -> str:
     """Why ``dtype`` runs emulated on ``device`` (no instructions compute in it), or empty."""
     if dtype == "float32":
@@ -162,7 +145,7 @@ def emulation(dtype: str, device: str) -> str:
         if needed and capability < needed:
             return f"compute capability {capability[0]}.{capability[1]} has no {dtype} arithmetic"
         return ""
-    flags = _cpu_flags()
+    flags = cpu_flags()
     wanted = NATIVE_CPU_FLAGS.get(dtype, ())
     if flags is None or not wanted or flags & set(wanted):
         return ""

@@ -10,7 +10,17 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from dlbench.backends.torch.params import Kernel, Pass, UnsupportedRow, aten, autograd_pass, glue, integer, mode_of
+from dlbench.backends.torch.params import (
+    Kernel,
+    Pass,
+    UnsupportedRow,
+    aten,
+    autograd_pass,
+    glue,
+    in_layout,
+    integer,
+    mode_of,
+)
 from dlbench.core.dtypes import ELEMENT_TYPE_NAMES
 
 #: The forward of each pointwise function, and whether its input must be positive (Sqrt, Log).
@@ -32,8 +42,8 @@ INPUT_BACKWARDS = {"Clip": lambda grad, x: aten.hardtanh_backward(grad, x, -1.0,
 
 def input_tensor(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype, positive: bool) -> torch.Tensor:
     if positive:  # away from 0, where Sqrt's and Log's gradients blow up
-        return torch.rand(shape, device=device, dtype=dtype) + 0.5
-    return torch.randn(shape, device=device, dtype=dtype)
+        return in_layout(torch.rand(shape, device=device, dtype=dtype) + 0.5)
+    return in_layout(torch.randn(shape, device=device, dtype=dtype))
 
 
 def pointwise_kernel(op_type: str) -> Kernel:
@@ -60,7 +70,7 @@ def gelu(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass:
     approximate = {0: "none", 1: "tanh"}.get(integer(p, "approximate", 0))
     if approximate is None:
         raise UnsupportedRow(f"approximate={p.get('approximate')}: 0 (none, erf) or 1 (tanh)")
-    x, mode = torch.randn(shape, device=device, dtype=dtype), mode_of(p)
+    x, mode = input_tensor(shape, device, dtype, False), mode_of(p)
     if mode == 0:
         return Pass(lambda: F.gelu(x, approximate=approximate), (x,))
     grad = torch.randn_like(x)

@@ -15,6 +15,7 @@ import torch
 from dlbench.backends.timing import TimingSettings, clock_for, time_repeated
 from dlbench.backends.torch.fp32_math import apply_fp32_math
 from dlbench.backends.torch.kernels import DTYPES, KERNELS
+from dlbench.backends.torch.layouts import MEMORY_FORMATS, cannot_run, laid_out_as, row_parameters
 from dlbench.backends.torch.memory import free_memory, memory_problem, tensor_bytes
 from dlbench.backends.torch.params import UnsupportedRow
 from dlbench.backends.torch.rotation import cache_cap, fault_in, rotated, row_copies, touched_bytes
@@ -61,11 +62,11 @@ def _device_from_env() -> torch.device:
     return torch.device(name)
 
 
-def _configure() -> tuple[torch.dtype, str] | None:
-    """Threads and float32 math set from the environment; its dtype and cache state, or None after saying
-    what is wrong."""
+def _configure() -> tuple[torch.dtype, str, str] | None:
+    """Threads and float32 math set from the environment; its dtype, cache state and memory format (a row's own
+    come after its parameters), or None after saying what is wrong."""
     try:
-        run = from_environment(("threads", "dtype", "caches", "fp32_math"))
+        run = from_environment(("threads", "dtype", "caches", "fp32_math", "memory_format"))
         apply_fp32_math(str(run["fp32_math"]))
     except ValueError as err:
         print(err, file=sys.stderr)
@@ -78,7 +79,12 @@ def _configure() -> tuple[torch.dtype, str] | None:
     if run["caches"] not in CACHE_STATES:
         print(f"DLBENCH_CACHES={run['caches']!r}: use one of {', '.join(CACHE_STATES)}", file=sys.stderr)
         return None
-    return DTYPES[dtype_name], str(run["caches"])
+    if run["memory_format"] not in MEMORY_FORMATS:
+        print(
+            f"DLBENCH_MEMORY_FORMAT={run['memory_format']!r}: use one of {', '.join(MEMORY_FORMATS)}", file=sys.stderr
+        )
+        return None
+    return DTYPES[dtype_name], str(run["caches"]), str(run["memory_format"])
 
 
 def _rotation(
@@ -126,7 +132,7 @@ def main(argv: list[str] | None = None) -> int:
     configured = _configure()
     if configured is None:
         return 2
-    dtype, caches = configured
+    dtype, caches, memory_format = configured
     device = _device_from_env()
     settings = TimingSettings.from_env()
     memory_fraction = _memory_fraction_from_env()
@@ -152,16 +158,13 @@ def main(argv: list[str] | None = None) -> int:
         samples_out.write(SAMPLES_HEADER)
         rotation_out.write(",".join(ROTATION_HEADER) + "\n")
         for op_id, values in rows:
-            try:
-                if len(values) != len(descriptors):
-                    raise UnsupportedRow(
-                        f"{len(values)} parameters, {op_type} takes {len(descriptors)}: {', '.join(descriptors)}"
-                    )
-                params = dict(zip(descriptors, values, strict=True))
+            row_dtype, layout = dtype, memory_format
+            try:  # a row in its own dtype and memory format where it carries them
+                params, row_dtype, layout = row_parameters(op_type, descriptors, values, dtype, memory_format)
                 release_free_heap()  # every row starts from the same heap, whatever the rows before it freed
-                row = _rotation(
-                    op_type, params, device, dtype, (caches, cap, step_footprints.get(op_id)), memory_fraction
-                )
+                with laid_out_as(layout):
+                    row = _rotation(op_type, params, device, row_dtype, (caches, cap, step_footprints.get(op_id)),
+                                    memory_fraction)  # fmt: skip
                 if isinstance(row, str):
                     failed += 1
                     print(f"id {op_id}: {row}", file=sys.stderr, flush=True)
@@ -175,7 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                     torch.cuda.empty_cache()  # else the caching allocator's hold shows as used memory
             except (UnsupportedRow, RuntimeError, MemoryError) as err:
                 failed += 1
-                print(f"id {op_id}: {op_type} cannot run: {err}", file=sys.stderr, flush=True)
+                print(f"id {op_id}: {cannot_run(op_type, err, row_dtype, layout)}", file=sys.stderr, flush=True)
                 continue
             s = timing.stats
             if timing.budget_spent:
