@@ -121,8 +121,8 @@ def ran_in(
     operations: Sequence[Operation], passes: Mapping[int, str], profile: pd.DataFrame, table: MatchTable
 ) -> dict[int, tuple[str, str, float]]:
     """Operation id -> (dtype, memory format, profiled time per step) of the calls matched to it: the pair
-    that took the most of its time. The match reads shapes only, so every call finds its operation whatever
-    it ran in."""
+    that took the most of its time. The match reads shapes (a cast's dtypes too), so every call finds its
+    operation whatever it ran in."""
     matched = match_profile(profile, operations, passes, table)
     totals: dict[int, dict[tuple[str, str], float]] = {}
     rows = matched.rows
