@@ -150,6 +150,10 @@ def _as_ran(op: Operation, dtype: str, layout: str, sweep_dtype: str) -> Operati
     return changed
 
 
+#: How a note on a dtype that ran without instructions for it starts (the evaluation's summary prints it).
+EMULATED = "emulated dtype: "
+
+
 def emulation_notes(table: pd.DataFrame, sweep_dtype: str, device: str) -> list[str]:
     """One line per dtype that ran on a machine without instructions for it: still benchmarked, as it ran."""
     from dlbench.backends.torch.peaks import emulation
@@ -161,5 +165,5 @@ def emulation_notes(table: pd.DataFrame, sweep_dtype: str, device: str) -> list[
         except (RuntimeError, AssertionError):  # no GPU to ask (a recorded CUDA step evaluated offline)
             why = ""
         if why:
-            notes.append(f"{count} operation(s) ran in {dtype} and are benchmarked in it, as they ran: {why}")
+            notes.append(f"{EMULATED}{count} operation(s) ran in {dtype} and are benchmarked in it, as they ran: {why}")
     return notes
