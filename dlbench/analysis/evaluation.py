@@ -18,6 +18,7 @@ from dlbench.analysis.predict import (
     op_type_frame,
     time_breakdown,
 )
+from dlbench.analysis.ran_as import EMULATED
 from dlbench.analysis.report import NOTE_TAG
 from dlbench.analysis.step_interval import error_text, interval_note
 from dlbench.operators.reference import DRIFT_LIMIT_PCT
@@ -149,6 +150,9 @@ def print_evaluation(run_name: str, run_id: str, evaluation: Evaluation) -> None
         print(line)
     if evaluation.uncovered_op_types:
         print(f"op types without a benchmark measurement: {', '.join(evaluation.uncovered_op_types)}")
+    for note in evaluation.notes:  # a dtype that ran without instructions for it (dlbench.analysis.ran_as)
+        if note.startswith(EMULATED):
+            print(note)
     print(
         f"profiled step {_fmt(metrics['step_time_profiled_ms'])} ms: unexplained "
         f"{_fmt(metrics['unexplained_time_pct'])}% (framework {_fmt(metrics['framework_time_pct'])}%, unmatched "

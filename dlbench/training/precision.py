@@ -27,18 +27,19 @@ def _install_once() -> None:
     _INSTALLED.append(True)
     from torch.amp.autocast_mode import autocast
     from torch.amp.grad_scaler import GradScaler
+    from torch.compiler import is_compiling
 
     enter, scale = autocast.__enter__, GradScaler.scale
 
     @functools.wraps(enter)
     def __enter__(self: Any) -> Any:
-        if _ACTIVE:
+        if _ACTIVE and not is_compiling():  # never in what torch.compile traces (its dtypes: the profile)
             _ACTIVE[-1].on_autocast(self)
         return enter(self)
 
     @functools.wraps(scale)
     def scale_(self: Any, outputs: Any) -> Any:
-        if _ACTIVE:
+        if _ACTIVE and not is_compiling():
             _ACTIVE[-1].on_scale(self)
         return scale(self, outputs)
 

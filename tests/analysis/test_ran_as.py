@@ -8,12 +8,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pandas as pd
 import pytest
 import torch
 from torch import nn
 
 from dlbench.analysis.match import load_table, match_profile
-from dlbench.analysis.ran_as import call_dtype, step_as_ran
+from dlbench.analysis.ran_as import EMULATED, call_dtype, emulation_notes, step_as_ran
 from dlbench.analysis.step_run import read_step_profile, step_run
 from dlbench.training.instrument import ProfileSession, ProfileSettings
 
@@ -135,3 +136,13 @@ def test_a_call_computes_in_its_first_floating_input_that_is_not_a_scalar():
     assert call_dtype("[[],[4,10],[4]]", '["float32","bfloat16","int64"]') == "bfloat16"
     assert call_dtype("[[4],[]]", '["int64",""]') == ""
     assert call_dtype("[[]]", '["float16"]') == "float16"
+
+
+def test_a_dtype_the_cpu_has_no_instructions_for_is_said_in_one_line():
+    from dlbench.backends.torch.peaks import emulation
+
+    table = pd.DataFrame({"dtype": ["bfloat16", "bfloat16", "float32"]})
+    notes = emulation_notes(table, "float32", "cpu")
+    missing = emulation("bfloat16", "cpu")  # empty on a CPU with avx512_bf16 or AMX
+    assert notes == ([f"{EMULATED}2 operation(s) ran in bfloat16 and are benchmarked in it, as they ran: {missing}"]
+                     if missing else [])  # fmt: skip
