@@ -57,9 +57,7 @@ from dlbench.operators.footprint_file import rotation_notes, with_rotation_colum
 from dlbench.operators.launch import FRAMEWORK_OUT, read_launch_ms
 from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.plan import model_coverage
-from dlbench.operators.reference import (
-    Drift,
-)
+from dlbench.operators.reference import Drift
 from dlbench.operators.registry import Registry, load_registry
 from dlbench.operators.runner import run_settings
 from dlbench.operators.step_benchmarks import measure_reference, measure_step
