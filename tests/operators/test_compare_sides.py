@@ -20,6 +20,10 @@ def test_a_side_names_its_entry_or_its_backends_only_one_and_an_unknown_one_is_r
     assert side_benchmark(registry, "Relu", SideConfig(backend="torch"), "", "cpu", "compare.a").name == "torch_relu"
     named = side_benchmark(registry, "Relu", SideConfig(implementation="torch_relu"), "onednn", "cpu", "compare.b")
     assert named.name == "torch_relu"
+    exe = ["python", "tests/data/compare/scaled_relu.py", "2.5"]  # another program taking torch_relu's parameters
+    other = side_benchmark(registry, "Relu", SideConfig(backend="torch", exe=exe), "", "cpu", "compare.b")
+    assert other.command[0] == sys.executable and Path(other.command[1]).is_file() and other.command[2] == "2.5"
+    assert other.param_descr == registry.operator("torch_relu").param_descr
     with pytest.raises(ConfigurationError, match="compare.b.implementation=nope"):
         side_benchmark(registry, "Relu", SideConfig(implementation="nope"), "torch", "cpu", "compare.b")
     with pytest.raises(ConfigurationError, match=r"compare.b.backend=nothing: no available Relu"):
