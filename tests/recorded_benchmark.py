@@ -6,7 +6,8 @@ rounds, the combined protocol files, their parsing, the launch column's reading,
     python tests/recorded_benchmark.py RECORDING_DIR STEM INPUT.csv
 
 Each input row must be a row the recording measured (same id, same leading parameters: ``<STEM>.csv`` there).
-It is answered with the next ``DLBENCH_MIN_REPS`` of that row's recorded samples (each round its own share)
+It is answered with the next ``DLBENCH_MIN_REPS`` of that row's recorded samples (each round, of a sweep
+``_round<N>`` or of an evaluation ``_r<N>``, its own share)
 and the launch column the recording lacks (it predates it), synthesised by :func:`launch_ms`: the host time of
 issuing one call, distinct for every operation and moved by the round (:data:`ROUND_FACTORS`, whose median is
 1), so a test knows which benchmark's launch time each figure came from."""
@@ -31,8 +32,9 @@ from dlbench.operators.protocol import (  # noqa: E402
     samples_rows,
 )
 
-#: a round's launch time over the operation's own (rounds 1-4): their median is 1
-ROUND_FACTORS = {1: 0.85, 2: 0.95, 3: 1.05, 4: 1.15}
+#: a round's launch time over the operation's own: the median of rounds 1-3 (an evaluation's rounds) and of
+#: rounds 1-4 (a sweep's interleaved rounds) is 1
+ROUND_FACTORS = {1: 0.85, 2: 1.15, 3: 1.0, 4: 1.0}
 
 
 def launch_ms(stem: str, op_id: int) -> float:
@@ -53,7 +55,7 @@ def main(argv: list[str]) -> int:
     recording, stem, input_csv = Path(argv[0]), argv[1], Path(argv[2])
     measured = dict(read_input(recording / f"{stem}.csv"))
     samples = recorded_samples(recording, stem)
-    found = re.search(r"_round(\d+)$", input_csv.stem)
+    found = re.search(r"_(?:round|r)(\d+)$", input_csv.stem)  # a sweep's round, or an evaluation's
     round_number = int(found.group(1)) if found else 1
     reps = max(int(os.environ.get("DLBENCH_MIN_REPS", "10")), 1)
     with (

@@ -1,6 +1,8 @@
 """A recorded H200 training step evaluated offline through the code a GPU run of ``task=evaluate device=cuda``
-takes in the default configuration: the operator benchmarks measured in interleaved rounds (measure.rounds=4)
-by the runner, their combined protocol files with the launch column, the host issuing times read from them,
+takes in the default configuration: the operator benchmarks measured in the evaluation's rounds
+(evaluate.rounds=3, each with its share of the repetitions, combined), the framework's in interleaved rounds
+(measure.rounds=4) by the runner, their protocol files with the launch column, the host issuing times read
+from them (the median over the rounds),
 the profile folded as the instrumented training writes it, the two-lane timeline, and DDP's terms on the
 device lane. Only the CUDA benchmark executables are replaced, by the recording (tests/recorded_benchmark.py:
 the H200's own samples, and launch times it synthesises, since the recording predates the launch column)."""
@@ -38,6 +40,13 @@ from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.protocol import parse_output
 from dlbench.operators.registry import load_registry
 from dlbench.operators.runner import run_settings
+from dlbench.operators.step_rounds import (
+    combine_step_rounds,
+    round_samples,
+    step_launch_ms,
+    step_round_settings,
+    step_round_stem,
+)
 from dlbench.training.optimizers import FOLDED_COLUMNS, batch_folded_file, folded_rows
 from dlbench.training.profile import PROFILE_COLUMNS, batch_ops_file, operator_table, write_csv
 from dlbench.training.trace import read_trace
@@ -95,13 +104,18 @@ def evaluation(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("gpu")
     cfg = default_config()
     settings = run_settings(cfg, "cuda")
-    registry, protocol = load_registry(), tmp / "protocol"
+    registry, protocol, rounds = load_registry(), tmp / "protocol", cfg.evaluate.rounds
     measurements, by_benchmark = {}, {}
-    for name, ops in recorded_operations().items():
-        result, _ = measure_with_progress(replayed(registry.operator(name), f"{name}_evaluate"), ops, settings,
-                                          protocol, f"{name}_evaluate", True)  # fmt: skip
-        measurements.update(result.measurements)
-        by_benchmark[name] = result.measurements
+    for name, ops in recorded_operations().items():  # as operators/step_benchmarks.py measure_step does
+        per_round, samples = [], []
+        for index in range(rounds):
+            share = step_round_settings(settings, rounds, index)
+            result, files = measure_with_progress(replayed(registry.operator(name), f"{name}_evaluate"), ops, share,
+                                                  protocol, step_round_stem(name, rounds, index), True)  # fmt: skip
+            per_round.append(dict(result.measurements))
+            samples.append(round_samples(files.samples_csv))
+        by_benchmark[name] = combine_step_rounds(per_round, samples, settings)
+        measurements.update(by_benchmark[name])
     framework_ops = [Operation(mode, "FrameworkOverhead", (("ops", FRAMEWORK_OPS), ("mode", mode)),
                                name=f"framework_{name}") for name, mode in FRAMEWORK_MODES.items()]  # fmt: skip
     framework, _ = measure_with_progress(replayed(registry.operator("torch_framework"), "framework"), framework_ops,
@@ -113,24 +127,31 @@ def evaluation(tmp_path_factory):
     frame["predicted_ms"] = frame["benchmark_ms"] * frame["occurrences"]
     terms = prediction_terms(frame, framework_terms(AUTOGRAD_NODES, LAYOUT_NODES, framework_ms))
     _, folded = recorded_profile(tmp / "profile")
-    return {"settings": settings, "protocol": protocol, "by_benchmark": by_benchmark, "frame": frame,
-            "terms": terms, "folded": folded, "framework_ms": framework_ms,
-            "launch": read_launch_ms(protocol)}  # fmt: skip
+    return {"settings": settings, "rounds": rounds, "protocol": protocol, "by_benchmark": by_benchmark,
+            "frame": frame, "terms": terms, "folded": folded, "framework_ms": framework_ms,
+            "launch": step_launch_ms(protocol, rounds)}  # fmt: skip
 
 
-def test_the_default_configuration_measures_in_four_rounds_into_combined_files_with_launch_times(evaluation):
-    assert evaluation["settings"].rounds == 4 and evaluation["settings"].device == "cuda"
+def test_the_default_configuration_measures_in_three_rounds_into_files_with_launch_times(evaluation):
+    assert evaluation["rounds"] == 3 and evaluation["settings"].rounds == 4
+    assert evaluation["settings"].device == "cuda"
     protocol = evaluation["protocol"]
-    for name in ("torch_gemm", "torch_relu", "torch_cross_entropy", "torch_sgd", "framework"):
-        stem = name if name == "framework" else f"{name}_evaluate"
-        assert len(list(protocol.glob(f"{stem}_round[1-4]_out.csv"))) == 4, name
-        combined = parse_output(protocol / f"{stem}_out.csv")
-        assert combined.launch_ms and set(combined.launch_ms) == set(combined.rows), name
+    assert len(list(protocol.glob("framework_round[1-4]_out.csv"))) == 4  # measure.rounds: interleaved
+    files = {"framework": [protocol / "framework_out.csv"]}
+    for name in ("torch_gemm", "torch_relu", "torch_cross_entropy", "torch_sgd"):  # one sweep per round
+        files[name] = [protocol / f"{name}_evaluate_r{index}_out.csv" for index in (1, 2, 3)]
+    for paths in files.values():
+        for path in paths:
+            written = parse_output(path)
+            assert written.launch_ms and set(written.launch_ms) == set(written.rows), path.name
     for name, measured in evaluation["by_benchmark"].items():  # every sample served came from the H200's
         recorded = recorded_samples(RECORDING, f"{name}_evaluate")
-        served = samples_by_id(protocol / f"{name}_evaluate_samples.csv")
+        served: dict[int, list[float]] = {}
+        for index in (1, 2, 3):
+            for op_id, values in samples_by_id(protocol / f"{name}_evaluate_r{index}_samples.csv").items():
+                served.setdefault(op_id, []).extend(values)
         for op_id, m in measured.items():
-            assert m.ok and m.stats.reps == 12  # 3 of the 10 min_reps in each of 4 rounds
+            assert m.ok and m.stats.reps == 12  # 4 of the 10 min_reps in each of 3 rounds
             assert len(served[op_id]) == 12 and set(served[op_id]) <= set(recorded[op_id])
             assert m.stats.median_ms == pytest.approx(statistics.median(served[op_id]))
 
@@ -155,9 +176,9 @@ def test_every_gpu_operations_host_time_is_its_own_benchmarks_launch_time(evalua
     per_operation = [op for op in ops if op.name in by_name]
     optimizer = set(frame.loc[frame["pass"] == "optimizer", "name"])
     assert {op.name for op in per_operation} == set(frame["name"]) - optimizer
-    for op in per_operation:  # the median of its four rounds' launch column: the operation's own launch time
+    for op in per_operation:  # the median of its three rounds' launch column: the operation's own launch time
         assert op.host_us == pytest.approx(launch_ms("op", by_name[op.name]) * 1e3), op.name
-    assert statistics.median(ROUND_FACTORS.values()) == 1.0
+    assert statistics.median(ROUND_FACTORS[r] for r in (1, 2, 3)) == statistics.median(ROUND_FACTORS.values()) == 1.0
     multi_tensor = [op for op in ops if op.name == "optimizer (multi-tensor)"]
     assert len(multi_tensor) == 3 and all(op.host_us == pytest.approx(dispatch * 1e3) for op in multi_tensor)
     device_us = float(frame["predicted_ms"].sum()) * 1e3
