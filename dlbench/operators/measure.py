@@ -15,7 +15,7 @@ from dlbench.core.errors import RunInterrupted, TaskFailed
 from dlbench.core.progress import progress
 from dlbench.core.values import Operation, SweepResult
 from dlbench.operators.registry import OperatorBenchmark
-from dlbench.operators.row_settings import sweep_notes
+from dlbench.operators.row_settings import none_runnable, sweep_notes, unable_line
 from dlbench.operators.runner import (
     RunSettings,
     SweepFiles,
@@ -23,6 +23,7 @@ from dlbench.operators.runner import (
     measure_operations,
     round_files,
     rounds_for,
+    sweep_files,
 )
 
 log = logging.getLogger(__name__)
@@ -71,6 +72,10 @@ def measure_with_progress(
 ) -> tuple[SweepResult, SweepFiles]:
     """``measure_operations`` with a progress bar fed by the rows the executable has written so far, over
     every round (``probe``: the reference operations timed in each round, see ``measure_operations``)."""
+    refused = none_runnable(entry, operations)  # every row in a dtype or memory format it does not run
+    if refused is not None:
+        log.warning("%s: %s", entry.name, unable_line(operations, refused))
+        return refused, sweep_files(workdir, stem)
     rounds = rounds_for(settings, len(operations))
     total = len(operations) * rounds
     bar = progress(total, f"{stem}", quiet=quiet)

@@ -39,6 +39,20 @@ def unable_measurement(operation_id: int, reason: str) -> Measurement:
     return Measurement(operation_id, None, f"unsupported: {reason}", unsupported=True)
 
 
+def none_runnable(entry: OperatorBenchmark, operations: Sequence[Operation]) -> SweepResult | None:
+    """Where ``entry`` runs none of ``operations`` in their dtype or memory format: each one ``unsupported``, and a
+    run error that says so (not "no operation could be aligned"); None where it runs some."""
+    reasons = {op.id: unable_reason(entry, op) for op in operations}
+    if not operations or not all(reasons.values()):
+        return None
+    kinds = sorted({reason.split(" (")[0] for reason in reasons.values()})
+    measurements = {op_id: unable_measurement(op_id, reason) for op_id, reason in reasons.items()}
+    return SweepResult(measurements, run_error=(
+        f"{entry.name} runs {', '.join(entry.dtypes) or 'its dtypes'} in {', '.join(entry.memory_formats)}, none "
+        f"of these operations as they ran ({'; '.join(kinds)}): choose a backend that does, e.g. backend=torch"
+    ))  # fmt: skip
+
+
 def with_row_codes(
     entry: OperatorBenchmark, operations: Sequence[Operation], rows: Sequence[tuple[int, Sequence]], sweep_dtype: str
 ) -> list[tuple[int, Sequence]]:

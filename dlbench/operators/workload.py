@@ -1,7 +1,11 @@
 """Operations of a configured operator benchmark: each entry of ``benchmark.operations`` over ``common``, in the
-dtype and memory format the entry names, else as ``amp=`` and ``channels_last=`` set them for the sweep."""
+dtype and memory format the entry names, else as ``amp=`` and ``channels_last=`` set them for the sweep (as they
+do for a model's operations, :func:`with_precision`)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
 
 from dlbench.config import BenchmarkConfig
 from dlbench.core.autocast import autocast_dtype
@@ -55,9 +59,7 @@ def operations_from_benchmark(
     ``channels_last`` lays out the 4-D tensors of :data:`CHANNELS_LAST_OP_TYPES`. Empty: the sweep's ``dtype``,
     contiguous."""
     canonical = DESCRIPTORS.get(benchmark.op_type, [])
-    swept_dtype = autocast_dtype(benchmark.op_type, amp, device) or ""
-    swept_dtype = "" if swept_dtype == dtype else swept_dtype
-    swept_layout = "channels_last" if channels_last and benchmark.op_type in CHANNELS_LAST_OP_TYPES else ""
+    swept_dtype, swept_layout = swept_as(benchmark.op_type, dtype, amp, channels_last, device)
     operations = []
     for index, entry in enumerate(benchmark.operations):
         merged = {**benchmark.common, **entry}
@@ -87,3 +89,30 @@ def operations_from_benchmark(
             )
         )
     return operations
+
+
+def swept_as(op_type: str, dtype: str, amp: str, channels_last: bool, device: str) -> tuple[str, str]:
+    """The dtype and memory format ``amp`` and ``channels_last`` give an operation of ``op_type`` (empty: the
+    sweep's ``dtype``, contiguous)."""
+    lowered = autocast_dtype(op_type, amp, device) or ""
+    layout = "channels_last" if channels_last and op_type in CHANNELS_LAST_OP_TYPES else ""
+    return ("" if lowered == dtype else lowered), layout
+
+
+def with_precision(
+    operations: Sequence[Operation], dtype: str, amp: str, channels_last: bool, device: str
+) -> list[Operation]:
+    """A model's operations as ``amp`` and ``channels_last`` run them (``task=benchmark_model``), their bytes at
+    their own dtype; an operation that already names a dtype or memory format keeps it."""
+    out = []
+    for op in operations:
+        swept_dtype, layout = swept_as(op.op_type, dtype, amp, channels_last, device)
+        row_dtype, row_layout = op.dtype or swept_dtype, op.memory_format or layout
+        if (row_dtype, row_layout) == (op.dtype, op.memory_format):
+            out.append(op)
+            continue
+        bytes_moved = op.bytes_moved
+        if row_dtype != op.dtype:  # the compulsory bytes at the dtype it runs in
+            bytes_moved = operation_cost(op.op_type, op.param_dict, DTYPE_BYTES.get(row_dtype, 4))[1] or bytes_moved
+        out.append(replace(op, dtype=row_dtype, memory_format=row_layout, bytes_moved=bytes_moved))
+    return out

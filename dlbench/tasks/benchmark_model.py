@@ -34,6 +34,7 @@ from dlbench.onnx.report import (
     print_extraction,
 )
 from dlbench.onnx.unfold import Unfolding, load_table, unfold_operations
+from dlbench.operators import workload
 from dlbench.operators.measure import measure_with_progress, raise_for_result, sweep_params
 from dlbench.operators.passes import with_passes
 from dlbench.operators.plan import (
@@ -169,7 +170,9 @@ def benchmark_model(
     reuse = reuse or Reuse(None, "")
     extraction, forward = extract(cfg, ctx, path)
     unfolding = unfold_operations(forward, table) if table is not None else Unfolding(tuple(forward), {})
-    operations = list(unfolding.operations)
+    operations = workload.with_precision(
+        unfolding.operations, cfg.dtype, cfg.amp, cfg.channels_last, resolve_device(cfg.device)
+    )
     frame = operations_frame(operations, unfolding.sources)
     print_extraction(extraction, frame)
 

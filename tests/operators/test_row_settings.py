@@ -12,6 +12,7 @@ import pytest
 
 from dlbench.core.settings import row_code
 from dlbench.core.values import Operation
+from dlbench.operators.measure import measure_with_progress
 from dlbench.operators.protocol import read_input
 from dlbench.operators.registry import OperatorBenchmark, load_registry
 from dlbench.operators.runner import RunSettings, measure_operations
@@ -98,3 +99,15 @@ def test_the_native_onednn_kernel_is_never_asked_for_bfloat16(tmp_path: Path) ->
     assert result.measurements[0].ok, result.run_error
     assert result.measurements[1].status == "unsupported"
     assert result.measurements[1].error.startswith("unsupported: unable: bfloat16")
+
+
+def test_a_sweep_of_rows_none_of_which_an_entry_runs_says_so_and_runs_nothing(tmp_path: Path) -> None:
+    entry, log = telling_program(tmp_path, "dtypes: [float32]\n")
+    result, _ = measure_with_progress(entry, [relu(0, "bfloat16"), relu(1, "", "channels_last")], QUICK,
+                                      tmp_path / "work", "told", quiet=True)  # fmt: skip
+    assert {m.status for m in result.measurements.values()} == {"unsupported"}
+    assert result.run_error == (
+        "told runs float32 in contiguous, none of these operations as they ran (unable: bfloat16; unable: "
+        "channels_last): choose a backend that does, e.g. backend=torch"
+    )
+    assert not log.exists()
