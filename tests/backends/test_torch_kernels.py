@@ -108,6 +108,8 @@ def test_every_operator_and_mode_runs_on_small_shapes() -> None:
         W_b=1,
         axis=3,
         ops=4,
+        tensors=2,
+        elements=64,
     )
     modes = {"Conv": (0, 1, 2), "BatchNormalization": (0, 1, 2), "Gemm": (0,), "MatMul": (0,), "Add": (0,)}
     modes["FrameworkOverhead"] = (0, 1, 2)
@@ -129,7 +131,7 @@ def test_every_operator_and_mode_runs_on_small_shapes() -> None:
 
 
 #: Kernels that update their tensors in place and return nothing: the optimizers' steps and zero_grad.
-IN_PLACE = frozenset({"SGD", "Adam", "AdamW", "RMSprop", "ZeroGrad"})
+IN_PLACE = frozenset({"SGD", "Adam", "AdamW", "RMSprop", "ZeroGrad", "AmpUpdateScale"})
 
 
 def test_relu_backward_is_threshold_backward_of_the_output() -> None:

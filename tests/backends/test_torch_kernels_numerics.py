@@ -20,7 +20,8 @@ CPU, F64 = torch.device("cpu"), torch.float64
 
 
 def captured(fn: Callable[[], object]) -> dict[str, object]:
-    """The variables the timed callable closes over: the tensors it computes with."""
+    """The variables the timed callable closes over: the tensors it computes with (a ``Pass``'s own callable)."""
+    fn = getattr(fn, "run", fn)
     return dict(zip(fn.__code__.co_freevars, (cell.cell_contents for cell in fn.__closure__ or ()), strict=True))
 
 
