@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from dlbench.backends.torch import kernels as tk
-from dlbench.core.descriptors import LOSSES, OPTIMIZERS
+from dlbench.core.descriptors import AMP, LOSSES, OPTIMIZERS
 from dlbench.core.glue import NO_GRADIENT, NON_DIFFERENTIABLE
 from dlbench.core.values import Operation
 from dlbench.onnx.extract import extract_operations
@@ -20,7 +20,7 @@ from dlbench.onnx.step import graph_facts, training_step
 from dlbench.onnx.unfold import FREE, UnfoldError, declared_notes, load_table, unfold_operations
 
 #: op types of the torch backend that are training operations or microbenchmarks, not ONNX operators
-NOT_ONNX = {*OPTIMIZERS, *LOSSES, "SoftmaxCrossEntropyLoss", "FrameworkOverhead"}
+NOT_ONNX = {*OPTIMIZERS, *LOSSES, *AMP, "SoftmaxCrossEntropyLoss", "FrameworkOverhead"}  # AMP: GradScaler steps
 
 
 def test_every_op_type_the_torch_backend_serves_forward_has_its_backward_declared():
