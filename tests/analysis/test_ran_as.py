@@ -17,6 +17,7 @@ from torch import nn
 from dlbench.analysis.match import load_table, match_profile
 from dlbench.analysis.ran_as import EMULATED, call_dtype, emulation_notes, step_as_ran
 from dlbench.analysis.step_run import read_step_profile, step_run
+from dlbench.backends.torch.kernels import KERNELS
 from dlbench.training.instrument import ProfileSession, ProfileSettings
 
 
@@ -126,13 +127,23 @@ def test_a_bfloat16_channels_last_step_is_benchmarked_as_it_ran(tmp_path: Path):
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_a_float16_step_with_a_grad_scaler_has_its_unscale_and_update(tmp_path: Path):
-    _, ran, *_ = evaluated_step(tmp_path, "fp16", channels_last=False)
+    _, ran, _, profile, *_ = evaluated_step(tmp_path, "fp16", channels_last=False)
     (unscale,) = [op for op in ran.operations if op.op_type == "AmpUnscale"]
     (update,) = [op for op in ran.operations if op.op_type == "AmpUpdateScale"]
     parameters = sum(p.numel() for p in TinyNet().parameters())
     assert unscale.param_dict == {"tensors": 5, "elements": parameters} and unscale.count == 1
     assert ran.pass_of(unscale.id) == ran.pass_of(update.id) == "grad_scaler"
     assert kinds(ran)["Conv/forward"] == {("float16", "")}
+    # the loss's scaling: the float32 loss times the scale, and its gradient times the scale in the backward
+    (scaling,) = [op for op in ran.operations if op.op_type == "Mul"]
+    assert ran.pass_of(scaling.id) == "grad_scaler" and scaling.count == 2 and scaling.dtype == "float32"
+    assert {k: v for k, v in scaling.params if k != "mode"} == dict.fromkeys(("N", "C", "H", "W", "N_b", "C_b",
+                                                                              "H_b", "W_b"), 1)  # fmt: skip
+    result = match_profile(profile, ran.operations, ran.passes, load_table())
+    scalar = result.rows[(result.rows["name"] == "aten::mul") & (result.rows["input_shapes"] == "[[],[]]")]
+    assert set(scalar["category"]) == {"Mul/grad_scaler"} and result.assigned_us[scaling.id] > 0
+    kernel = KERNELS["Mul"](scaling.param_dict, torch.device("cpu"), torch.float32)  # it is benchmarked
+    assert torch.equal(kernel(), kernel.inputs[0] * kernel.inputs[1])
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
