@@ -81,8 +81,10 @@ def tensors_as_ran(
         inputs = list(node_inputs.get(node.name, ()))
         if node.kind == "layout" and inputs and inputs[0]:
             for out in output_names.get(node.name, ()):
-                alias[out] = alias.get(inputs[0], inputs[0])
-                dtypes.pop(out, None)  # sized as its input
+                alias[out] = root = alias.get(inputs[0], inputs[0])
+                viewed = dtypes.pop(out, None)  # sized as its input (whose type a layout node's spec may not say)
+                if viewed:
+                    dtypes.setdefault(root, viewed)
             continue
         dtype, op_type = ran.get(node.name, (sweep_dtype, ""))
         for out in output_names.get(node.name, ()):

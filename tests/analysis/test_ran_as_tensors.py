@@ -46,3 +46,36 @@ def test_a_float32_step_is_sized_as_the_graph_says(tmp_path: Path) -> None:
     _, as_ran = placed_as_ran(e.ran, e.unfolding, e.nodes, e.graph, "float32")
     _, graph = placed_step(e.ran, e.unfolding, e.nodes, e.graph)
     assert as_ran == graph
+
+
+def test_a_batch_read_through_a_flatten_is_cast_once_into_its_own_two_byte_copy(tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    import torch
+    from test_predict import export
+    from torch import nn
+
+    from dlbench.analysis.match import load_table
+    from dlbench.onnx.extract import extract_operations
+    from dlbench.onnx.opdb import deduplicate
+    from dlbench.onnx.step import graph_facts, training_step
+    from dlbench.onnx.unfold import load_table as load_unfold_table
+    from dlbench.onnx.unfold import unfold_operations
+
+    batch = 3
+    path = export(
+        nn.Sequential(nn.Flatten(), nn.Linear(2 * 5 * 5, 6)), torch.randn(batch, 2, 5, 5), tmp_path / "m.onnx"
+    )
+    extraction = extract_operations(path, batch)
+    forward = deduplicate(extraction.operations())
+    graph = graph_facts(path, batch).with_inferred_outputs(extraction.nodes)
+    unfolding = unfold_operations(forward, load_unfold_table())
+    step = training_step(forward, unfolding, graph, load_table().training)
+    ran = replace(step, operations=tuple(replace(op, dtype="bfloat16") if op.op_type == "Gemm" else op
+                                         for op in step.operations))  # fmt: skip
+    _, decided = placed_as_ran(ran, unfolding, extraction.nodes, graph, "float32")
+    (batch_input,) = [
+        t for t in decided.tensor_bytes if "@" not in t and t in graph.node_inputs[extraction.nodes[0].name]
+    ]
+    assert decided.tensor_bytes[batch_input] == batch * 2 * 5 * 5 * 4
+    assert decided.tensor_bytes[f"{batch_input}@bfloat16"] == batch * 2 * 5 * 5 * 2
