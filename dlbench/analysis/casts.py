@@ -4,7 +4,8 @@ their gradients cast back in the backward) and GradScaler's unscale-and-check of
 update. They are read from the profile, where every cast is an ``aten::copy_`` between two floating dtypes
 (``aten::_to_copy`` > ``aten::copy_``): one ``Cast`` operation per shape and pair of dtypes, counted as many
 times per step as it ran, in pass ``autocast``; ``AmpUnscale`` (the gradients' tensors and elements, from the
-optimizer's record) and ``AmpUpdateScale`` in pass ``grad_scaler``. ``conf/match/default.yaml`` gives their
+optimizer's record), ``AmpUpdateScale`` and the loss's scaling (a scalar ``Mul``: the loss and its gradient
+times the scale) in pass ``grad_scaler``. ``conf/match/default.yaml`` gives their
 profiled calls to them, so their time leaves the framework share, counted once.
 
 A ``Cast`` operation's ``dtype`` is its input's, its ``to`` the ONNX element type of its output (the torch
@@ -33,6 +34,11 @@ CAST_PASS, SCALER_PASS = MIXED_PRECISION_PASSES
 CAST_OPERATOR = "aten::copy_"
 UNSCALE_OPERATOR = "aten::_amp_foreach_non_finite_check_and_unscale_"
 UPDATE_OPERATOR = "aten::_amp_update_scale_"
+#: the profiled operator of the loss's scaling (``scaler.scale(loss)``: the 0-dim loss times the scale) and of
+#: its gradient (the incoming gradient times the scale)
+SCALE_OPERATOR = "aten::mul"
+#: a scalar Mul (A and B one element each, forward), the loss's scaling as the Mul kernel poses it
+LOSS_SCALING = {**{d: 1 for d in ("N", "C", "H", "W", "N_b", "C_b", "H_b", "W_b")}, "mode": 0}
 
 
 def cast_kind(input_shapes: Any, input_types: Any) -> tuple[tuple[int, ...], str, str] | None:
@@ -92,17 +98,36 @@ def amp_operations(
     if round(scaler_calls[UPDATE_OPERATOR]) >= 1:
         out.append((_operation(first_id + len(out), "AmpUpdateScale", {"N": 1}, round(scaler_calls[UPDATE_OPERATOR]),
                                "float32"), SCALER_PASS))  # fmt: skip
+    scalings = loss_scalings(profile) if round(scaler_calls[UNSCALE_OPERATOR]) >= 1 else {}
+    for dtype, calls in scalings.items():
+        out.append((_operation(first_id + len(out), "Mul", LOSS_SCALING, round(calls), dtype), SCALER_PASS))
     return out
+
+
+def loss_scalings(profile: pd.DataFrame) -> dict[str, float]:
+    """Per dtype, the calls per step of ``aten::mul`` on two 0-dim floating tensors: GradScaler's scaling of
+    the loss and of its gradient in the backward (a multiply by a Python number records no second dtype; the
+    caller asks only when GradScaler ran)."""
+    out: dict[str, float] = {}
+    for row in profile[profile["name"] == SCALE_OPERATOR].itertuples(index=False):
+        shapes, types = _json_list(row.input_shapes), _json_list(getattr(row, "input_types", "[]"))
+        if len(shapes) == 2 and shapes == [[], []] and len(types) == 2 and all(t in FLOAT_TYPES for t in types):
+            out[str(types[0])] = out.get(str(types[0]), 0.0) + float(row.calls)
+    return {dtype: calls for dtype, calls in out.items() if round(calls) >= 1}
 
 
 def amp_notes(added: Sequence[tuple[Operation, str]]) -> list[str]:
     """One note naming what mixed precision added to the step (none when nothing was)."""
     casts = [op for op, pass_name in added if pass_name == CAST_PASS]
-    scaler = [op.op_type for op, pass_name in added if pass_name == SCALER_PASS]
+    scaler = [_scaler_name(op) for op, pass_name in added if pass_name == SCALER_PASS]
     if not added:
         return []
     text = f"mixed precision: {len(casts)} cast(s) ({sum(op.count for op in casts)} per step) as operations"
     return [text + (f", and GradScaler's {' and '.join(scaler)}" if scaler else "")]
+
+
+def _scaler_name(op: Operation) -> str:
+    return "loss scaling" if op.op_type == "Mul" else op.op_type
 
 
 def _product(shape: Sequence[int]) -> int:

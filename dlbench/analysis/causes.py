@@ -126,26 +126,39 @@ def retime_items(
     outliers: pd.DataFrame, match: Any, calls: Sequence[Mapping[str, Any]], machine: Mapping[str, Any], dtype: str
 ) -> list[dict[str, Any]]:
     """The re-timing spec's items: per slower outlier, its costliest profiled calls that have flags, with a
-    variant per flag, ``plain`` and ``recorded`` (all flags at once)."""
+    variant per flag, ``plain`` and ``recorded`` (all flags at once); each in the dtype the call was recorded
+    in (:func:`recorded_dtype`; ``dtype``, the sweep's, where it has none), as its operation is benchmarked."""
     recorded = {call_key(c["name"], c["shapes"]): c for c in calls}
     operators = profiled_operators(match)
     items = []
     for row in outliers[outliers["direction"] == "slower"].head(OUTLIERS_CHECKED).itertuples(index=False):
         for name, shapes, _ in operators.get(int(row.id), [])[:CALLS_PER_OUTLIER]:
             call = recorded.get(call_key(name, shapes))
-            flags = flags_of(call, machine, dtype) if call is not None else {}
+            ran_in = recorded_dtype(call, dtype) if call is not None else dtype
+            flags = flags_of(call, machine, ran_in) if call is not None else {}
             if not flags:
                 continue
             variants = ["plain", *flags] + (["recorded"] if len(flags) > 1 else [])
             items.append({
                 "key": f"{call_key(name, shapes)} {sorted(flags)}", "call_key": call_key(name, shapes),
-                "id": int(row.id), "aten_op": name, "call": call,
+                "id": int(row.id), "aten_op": name, "call": call, "dtype": ran_in,
                 "flags": list(flags), "details": flags, "variants": variants,
                 "threads": int(machine.get("torch_threads", 1)),
                 "competitors": competing_threads(machine),
                 "flush_denormal": bool(machine.get("flush_denormal", False)),
             })  # fmt: skip
     return items
+
+
+def recorded_dtype(call: Mapping[str, Any], default: str) -> str:
+    """The dtype a recorded call computed in, read as :func:`dlbench.analysis.ran_as.call_dtype` reads a
+    profiled call (its first floating input that is not 0-dim): the dtype its operation is benchmarked in, so
+    the plain re-timing runs in it (bfloat16 for a GEMM autocast ran in bfloat16); ``default`` (the sweep's)
+    where it has no floating tensor."""
+    from dlbench.analysis.ran_as import call_dtype
+
+    tensors = list(_tensors([call.get("args", []), call.get("kwargs", {})]))
+    return call_dtype([t.get("shape") for t in tensors], [t.get("dtype", "") for t in tensors]) or default
 
 
 def unrecorded(outliers: pd.DataFrame, match: Any, calls: Sequence[Mapping[str, Any]]) -> dict[int, list[str]]:
@@ -262,7 +275,8 @@ def _slowdown_ms(ms: Mapping[str, Any], reproduced: Sequence[str]) -> float | No
 
 @dataclass(frozen=True)
 class CauseCheck:
-    """How the causes are checked: the benchmarks' dtype and threads (the plain re-timing's), where the
+    """How the causes are checked: the sweep's dtype (a recorded call is re-timed in its own, this where it has
+    no floating tensor) and the benchmarks' threads (the plain re-timing's), where the
     re-timing's files go, its timeout, and the device whose profile times the outliers are read from."""
 
     dtype: str

@@ -32,6 +32,7 @@ from dlbench.analysis.predict import (
     prediction_terms,
 )
 from dlbench.analysis.ran_as import step_as_ran
+from dlbench.analysis.ran_as_tensors import placed_as_ran
 from dlbench.analysis.report import log_workload
 from dlbench.analysis.results import MachineRecord, interference_record
 from dlbench.analysis.step_interval import StepRounds, interval_metrics, pooled_step_ms, predicted_per_round
@@ -48,7 +49,6 @@ from dlbench.core.values import Operation
 from dlbench.onnx import unfold
 from dlbench.onnx.errors import ExtractionError
 from dlbench.onnx.extract import extract_operations
-from dlbench.onnx.footprint import placed_step
 from dlbench.onnx.opdb import deduplicate
 from dlbench.onnx.patterns import fuse_exported_gelus
 from dlbench.onnx.step import graph_facts, training_step, with_dtype_costs
@@ -254,7 +254,7 @@ def train_step(cfg: DlbenchConfig, setup: Setup, run, params: dict[str, object])
     run.log_table(as_ran, "ran_as.csv")  # each operation's dtype and memory format, as the profile says it ran
     placed = None
     if cfg.evaluate.caches == "step":  # each operation's footprint in this step decides its cache state
-        step, placed = placed_step(step, unfolding, extraction.nodes, facts, DTYPE_BYTES.get(cfg.dtype, 4))
+        step, placed = placed_as_ran(step, unfolding, extraction.nodes, facts, cfg.dtype, setup.device)
     run.set_tags({"dlbench.model_sha256": extraction.sha256})
     log_workload(run, step.operations, f"{bench_name}-training-step", str(trained.model_path))
     run.log_params({"model_nodes": extraction.total_nodes, "operations": len(step.operations), **ran_params(ran)})

@@ -174,3 +174,25 @@ def test_step_threads_beyond_the_physical_cores_are_flagged_though_logical_cpus_
     machine = {"torch_threads": 2, "physical_cores": 1, "logical_cpus": 2, "children_runnable_threads": 0.0}
     flags = flags_of(call("aten::mul", tensor([8, 4]), tensor([8, 4])), machine, "float32")
     assert "1 physical core(s)" in flags["threads"]
+
+
+@pytest.mark.slow
+def test_a_call_is_retimed_in_the_dtype_it_ran_not_the_sweeps(tmp_path):
+    """A float64 GELU (a script that ran in float64) is benchmarked in float64, as it ran: its dtype is no cause,
+    and its plain re-timing runs in float64, as fast as the recorded dtype (float32 would be many-fold faster:
+    float64 erf is not vectorised)."""
+    from dlbench.backends.torch.retime import retime_calls
+
+    n = 512
+    outliers = pd.DataFrame([{"id": 1, "name": "/Gelu", "op_type": "Gelu", "pass": "forward", "direction": "slower",
+                              "ratio": 8.0, "predicted_ms": 1.0}])  # fmt: skip
+    rows = pd.DataFrame([{"name": "aten::gelu", "input_shapes": f"[[{n}, {n}]]", "time_us": 8000.0}])
+    match = MatchResult(rows, {1: 8000.0}, ((0, 1, 8000.0),))
+    transposed = call("aten::gelu", tensor([n, n], [1, n], dtype="float64"))
+    (item,) = retime_items(outliers, match, [transposed], QUIET, "float32")
+    assert item["flags"] == ["strides"] and item["dtype"] == "float64"
+    bfloat = call("aten::mm", tensor([2, 8], dtype="bfloat16"), tensor([8, 4], dtype="bfloat16"))
+    assert "dtype" not in flags_of(bfloat, QUIET, "bfloat16") and "dtype" in flags_of(bfloat, QUIET, "float32")
+    item["variants"].append("dtype")  # the recorded dtypes, contiguous: what plain must run as
+    (result,) = retime_calls([item], tmp_path, threads=1, dtype="float32", timeout=300)
+    assert result["ms"]["dtype"] < 2 * result["ms"]["plain"], result

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any, NamedTuple
 
 import pandas as pd
 import pytest
@@ -16,6 +17,7 @@ from torch import nn
 from dlbench.analysis.match import load_table, match_profile
 from dlbench.analysis.ran_as import EMULATED, call_dtype, emulation_notes, step_as_ran
 from dlbench.analysis.step_run import read_step_profile, step_run
+from dlbench.backends.torch.kernels import KERNELS
 from dlbench.training.instrument import ProfileSession, ProfileSettings
 
 
@@ -30,9 +32,19 @@ class TinyNet(nn.Module):
         return self.fc(torch.flatten(torch.relu(self.bn(self.conv(x))), 1))
 
 
-def evaluated_step(tmp_path: Path, amp: str, channels_last: bool):
+class Evaluated(NamedTuple):
+    step: Any  # the training step before
+    ran: Any  # the step as it ran
+    table: pd.DataFrame  # ran_as.csv
+    profile: pd.DataFrame
+    nodes: tuple[Any, ...]  # the extraction's node records
+    graph: Any  # its graph facts
+    unfolding: Any
+
+
+def evaluated_step(tmp_path: Path, amp: str, channels_last: bool) -> Evaluated:
     """Train TinyNet for two steps (the second profiled) as a script would (fp16 with a GradScaler), export it,
-    and make its training step as the evaluation does: (the step before, the step as it ran, the profile)."""
+    and make its training step as the evaluation does (:class:`Evaluated`)."""
     from dlbench.onnx.extract import extract_operations
     from dlbench.onnx.opdb import deduplicate
     from dlbench.onnx.step import graph_facts, training_step
@@ -70,10 +82,10 @@ def evaluated_step(tmp_path: Path, amp: str, channels_last: bool):
     profile, folded = read_step_profile(tmp_path / "profile")
     graph = graph_facts(onnx_path, 4).with_inferred_outputs(extraction.nodes)
     table = load_table()
-    step = training_step(forward, unfold_operations(forward, load_unfold_table()), graph, table.training,
-                         4, step_run(facts, profile, folded))  # fmt: skip
+    unfolding = unfold_operations(forward, load_unfold_table())
+    step = training_step(forward, unfolding, graph, table.training, 4, step_run(facts, profile, folded))
     ran, ran_table = step_as_ran(step, profile, table, facts, "float32", "cpu")
-    return step, ran, ran_table, profile
+    return Evaluated(step, ran, ran_table, profile, tuple(extraction.nodes), graph, unfolding)
 
 
 def kinds(step) -> dict[str, set[tuple[str, str]]]:
@@ -85,7 +97,7 @@ def kinds(step) -> dict[str, set[tuple[str, str]]]:
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_a_bfloat16_channels_last_step_is_benchmarked_as_it_ran(tmp_path: Path):
-    _, ran, table, profile = evaluated_step(tmp_path, "bf16", channels_last=True)
+    _, ran, table, profile, *_ = evaluated_step(tmp_path, "bf16", channels_last=True)
     got = kinds(ran)
     assert got["Conv/forward"] == {("bfloat16", "channels_last")}
     assert got["Conv/backward_weights"] == {("bfloat16", "channels_last")}
@@ -115,18 +127,28 @@ def test_a_bfloat16_channels_last_step_is_benchmarked_as_it_ran(tmp_path: Path):
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_a_float16_step_with_a_grad_scaler_has_its_unscale_and_update(tmp_path: Path):
-    _, ran, _, _ = evaluated_step(tmp_path, "fp16", channels_last=False)
+    _, ran, _, profile, *_ = evaluated_step(tmp_path, "fp16", channels_last=False)
     (unscale,) = [op for op in ran.operations if op.op_type == "AmpUnscale"]
     (update,) = [op for op in ran.operations if op.op_type == "AmpUpdateScale"]
     parameters = sum(p.numel() for p in TinyNet().parameters())
     assert unscale.param_dict == {"tensors": 5, "elements": parameters} and unscale.count == 1
     assert ran.pass_of(unscale.id) == ran.pass_of(update.id) == "grad_scaler"
     assert kinds(ran)["Conv/forward"] == {("float16", "")}
+    # the loss's scaling: the float32 loss times the scale, and its gradient times the scale in the backward
+    (scaling,) = [op for op in ran.operations if op.op_type == "Mul"]
+    assert ran.pass_of(scaling.id) == "grad_scaler" and scaling.count == 2 and scaling.dtype == "float32"
+    assert {k: v for k, v in scaling.params if k != "mode"} == dict.fromkeys(("N", "C", "H", "W", "N_b", "C_b",
+                                                                              "H_b", "W_b"), 1)  # fmt: skip
+    result = match_profile(profile, ran.operations, ran.passes, load_table())
+    scalar = result.rows[(result.rows["name"] == "aten::mul") & (result.rows["input_shapes"] == "[[],[]]")]
+    assert set(scalar["category"]) == {"Mul/grad_scaler"} and result.assigned_us[scaling.id] > 0
+    kernel = KERNELS["Mul"](scaling.param_dict, torch.device("cpu"), torch.float32)  # it is benchmarked
+    assert torch.equal(kernel(), kernel.inputs[0] * kernel.inputs[1])
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_a_float32_step_keeps_the_sweeps_default(tmp_path: Path):
-    step, ran, table, _ = evaluated_step(tmp_path, "none", channels_last=False)
+    step, ran, table, *_ = evaluated_step(tmp_path, "none", channels_last=False)
     assert ran.operations == step.operations
     assert set(table["dtype"]) == {"float32"} and set(table["memory_format"]) == {"contiguous"}
     assert ran.notes == step.notes

@@ -1,5 +1,6 @@
 """Re-time a recorded aten call (:mod:`dlbench.training.tensor_stats`) with the properties its tensors had in
-training beside the same call on plain inputs (contiguous, the benchmark's dtype, random normal values),
+training beside the same call on plain inputs (contiguous, the benchmark's dtype: the item's ``dtype``, the one
+the call was recorded in, else the spec's; random normal values),
 interleaved in one process: ``python -m dlbench.backends.torch.retime SPEC.json OUT.json``.
 
 Each item of the spec names a call and the variants to time: ``plain``, ``subnormal`` (subnormal values injected
@@ -247,7 +248,9 @@ def main(argv: list[str]) -> int:
     try:
         for item in spec["items"]:
             try:
-                results.append({"key": item["key"], "ms": time_item(item, spec["threads"], spec["dtype"], pool)})
+                results.append(
+                    {"key": item["key"], "ms": time_item(item, spec["threads"], item.get("dtype", spec["dtype"]), pool)}
+                )
             except Exception as err:  # noqa: BLE001 - one call that cannot be re-timed leaves the others
                 results.append({"key": item["key"], "error": f"{type(err).__name__}: {err}"[:300]})
     finally:
