@@ -39,6 +39,8 @@ from dlbench.operators.protocol import output_path_for, parse_output, write_inpu
 
 CONV_YAML = REPO / "conf" / "benchmark" / "conv.yaml"
 ONEDNN_CONV = REPO / "native" / "build" / "bin" / "onednn_conv"
+#: onednn_conv's param_descr (conf/registry/onednn_conv.yaml): the canonical ones less has_bias (no bias)
+NATIVE_CONV = [d for d in DESCRIPTORS["Conv"] if d != "has_bias"]
 
 
 def resnet50_convolutions(batch: int) -> list[tuple[str, dict[str, float]]]:
@@ -99,12 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         for batch in args.batch:
             layers = resnet50_convolutions(batch)
             rows = [(i, [p[d] for d in DESCRIPTORS["Conv"]]) for i, (_, p) in enumerate(layers)]
+            native = [(i, [p[d] for d in NATIVE_CONV]) for i, (_, p) in enumerate(layers)]  # no has_bias: 0
             runs: dict[str, list] = {"blocked": [], "plain": [], "torch": []}
             for r in range(args.rounds):
                 for layout in ("blocked", "plain"):
                     layout_env = {**env, "DLBENCH_ONEDNN_LAYOUT": layout}
                     stem = f"onednn_{layout}_b{batch}_{r}"
-                    runs[layout].append(measure([str(ONEDNN_CONV)], rows, layout_env, workdir, stem))
+                    runs[layout].append(measure([str(ONEDNN_CONV)], native, layout_env, workdir, stem))
                 torch_env = {**env, "PYTHONPATH": str(REPO)}
                 runs["torch"].append(measure(torch_command, rows, torch_env, workdir, f"torch_b{batch}_{r}"))
             for i, (name, params) in enumerate(layers):

@@ -17,6 +17,7 @@ from typing import Any
 import pandas as pd
 
 from dlbench.analysis.outliers import profiled_operators
+from dlbench.core.cores import physical_cores
 from dlbench.core.outliers import OutliersConfig
 
 #: the properties checked, what each means and its fix
@@ -347,18 +348,24 @@ def outlier_findings(
     return found, causes, outlier_lines(found, band, details=details) + busy_machine_lines(found, metrics) + tail, out
 
 
-def busy_machine_lines(outliers: pd.DataFrame, metrics: Mapping[str, float], cores: int | None = None) -> list[str]:
-    """A warning when outliers were found on a machine busier than its cores (the load average at the start of
-    the evaluation): other processes slow every operation of a profiled step, which no input explains."""
-    cores = cores or os.cpu_count() or 1
+def busy_machine_lines(
+    outliers: pd.DataFrame, metrics: Mapping[str, float], cpus: int | None = None, cores: int | None = None
+) -> list[str]:
+    """A warning when outliers were found on a machine whose load average at the start of the evaluation
+    exceeded its logical CPUs (``cpus``; the load average counts runnable threads over all of them): other
+    processes slow every operation of a profiled step, which no input explains. ``cores``: the physical cores
+    among the CPUs this process may use (:mod:`dlbench.core.cores`), named where they differ."""
+    cpus = cpus or os.cpu_count() or 1
+    cores = cores or physical_cores()
     load = float(metrics.get("load_average_start", 0.0))
-    if outliers.empty or load <= cores:
+    if outliers.empty or load <= cpus:
         return []
     covered = float(metrics.get("covered_ratio_training_to_benchmark", math.nan))
     alike = (
         f"; the step's benchmarked operations ran {covered:.3g}x their benchmarks overall" if covered == covered else ""
     )
+    where = f"{cpus} logical CPUs" + (f", {cores} physical cores" if cores != cpus else "")
     return [
-        f"the machine was busy (load average {load:.3g} on {cores} cores at the start){alike}: outliers without a "
+        f"the machine was busy (load average {load:.3g} on {where} at the start){alike}: outliers without a "
         "cause of their own may be the machine's; evaluate again on a quiet machine"
     ]

@@ -10,14 +10,29 @@ from dlbench.core.glue import GLUE_OP_TYPES, InvalidParameters, glue_cost
 from dlbench.core.values import Number
 
 
+def window_outputs(
+    size: int, kernel: int, pad_begin: int, pad_end: int, stride: int, dilation: int = 1, ceil_mode: bool = False
+) -> int:
+    """Positions of a sliding window along one axis. In ceil mode a last, partial window is kept where it
+    starts inside the input or its begin padding (torch's rule; ONNX's pooling and onnxruntime follow it)."""
+    span = size + pad_begin + pad_end - (dilation * (kernel - 1) + 1)
+    if not ceil_mode:
+        return span // stride + 1
+    out = -(-span // stride) + 1
+    return out - 1 if (out - 1) * stride >= size + pad_begin else out
+
+
 def conv_output_hw(p: Mapping[str, Number]) -> tuple[int, int]:
-    """Output height and width of a 2-D convolution or pooling window from its descriptors."""
-    dil0, dil1 = p.get("dilations_0", 1), p.get("dilations_1", 1)
-    eff0 = dil0 * (p["kernel_shape_0"] - 1) + 1
-    eff1 = dil1 * (p["kernel_shape_1"] - 1) + 1
-    out_h = (p["H"] + p["pads_0"] + p["pads_2"] - eff0) // p["strides_0"] + 1
-    out_w = (p["W"] + p["pads_1"] + p["pads_3"] - eff1) // p["strides_1"] + 1
-    return int(out_h), int(out_w)
+    """Output height and width of a 2-D convolution or pooling window from its descriptors (``ceil_mode``:
+    pooling's, 0 where absent)."""
+
+    def along(i: int, size: str) -> int:
+        return window_outputs(
+            int(p[size]), int(p[f"kernel_shape_{i}"]), int(p[f"pads_{i}"]), int(p[f"pads_{i + 2}"]),
+            int(p[f"strides_{i}"]), int(p.get(f"dilations_{i}", 1)), bool(p.get("ceil_mode", 0)),
+        )  # fmt: skip
+
+    return along(0, "H"), along(1, "W")
 
 
 def _elements(p: Mapping[str, Number], prefix: str = "", suffix: str = "") -> int:

@@ -15,14 +15,17 @@ from __future__ import annotations
 from dlbench.core.collectives import COLLECTIVE, COLLECTIVE_OP_TYPES
 from dlbench.core.costs import conv_output_hw, operation_cost
 
+# has_bias: 1 where the node adds a per-channel bias (the ONNX Conv's third input; training's backward-weights
+# then reduces the bias gradient too), 0 where not. ceil_mode: a pool's last, partial window kept (1) only where
+# it adds one (the ONNX attribute set to 1 without changing the output is described as 0).
 CONV = (
     "N C H W K kernel_shape_0 kernel_shape_1 pads_0 pads_1 pads_2 pads_3 "
-    "strides_0 strides_1 dilations_0 dilations_1 group mode"
+    "strides_0 strides_1 dilations_0 dilations_1 group has_bias mode"
 ).split()
 GEMM = "M K N transA transB batch".split()
 BATCHNORM = "N C H W epsilon momentum mode".split()
 ELEMENTWISE = "N C H W mode".split()  # Relu, GlobalAveragePool, the pointwise functions
-POOL = "N C H W kernel_shape_0 kernel_shape_1 pads_0 pads_1 pads_2 pads_3 strides_0 strides_1 mode".split()
+POOL = "N C H W kernel_shape_0 kernel_shape_1 pads_0 pads_1 pads_2 pads_3 strides_0 strides_1 ceil_mode mode".split()
 ADD = "N C H W N_b C_b H_b W_b".split()
 SOFTMAX = "N C H W axis mode".split()
 LAYERNORM = "N C H W axis epsilon mode".split()

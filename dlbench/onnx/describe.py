@@ -7,6 +7,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dlbench.core.costs import window_outputs
 from dlbench.core.descriptors import DESCRIPTORS
 from dlbench.core.glue import (
     BINARY,
@@ -95,6 +96,7 @@ def _conv(shapes: Sequence[Shape | None], attrs: Mapping[str, Any], mode: int) -
         *_window_2d(strides, rank, 1),
         *_window_2d(dilations, rank, 1),
         int(attrs.get("group", 1)),
+        int(len(shapes) > 2 and shapes[2] is not None),  # bias: the optional third input
         mode,
     ]
     return tuple(zip(DESCRIPTORS["Conv"], (int(v) for v in values), strict=True))
@@ -113,8 +115,20 @@ def _pool(shapes: Sequence[Shape | None], attrs: Mapping[str, Any], op_type: str
     pads, strides, _ = _window(attrs, x[2:], kernel, op_type)
     if rank == 1:
         pads = [0, pads[0], 0, pads[1]]
-    values = [*_spatial(x), *_window_2d(kernel, rank, 1), *pads, *_window_2d(strides, rank, 1), mode]
+    kernel, strides = _window_2d(kernel, rank, 1), _window_2d(strides, rank, 1)
+    n, c, h, w = _spatial(x)
+    ceil_mode = int(bool(attrs.get("ceil_mode", 0))) and int(_adds_windows((h, w), kernel, pads, strides))
+    values = [n, c, h, w, *kernel, *pads, *strides, ceil_mode, mode]
     return tuple(zip(DESCRIPTORS[op_type], (int(v) for v in values), strict=True))
+
+
+def _adds_windows(size: Sequence[int], kernel: Sequence[int], pads: Sequence[int], strides: Sequence[int]) -> bool:
+    """Whether ceil mode keeps a window floor mode drops along an axis (else the two pose the same problem)."""
+    return any(
+        window_outputs(size[i], kernel[i], pads[i], pads[i + 2], strides[i], 1, True)
+        != window_outputs(size[i], kernel[i], pads[i], pads[i + 2], strides[i], 1, False)
+        for i in range(2)
+    )
 
 
 def _gemm(shapes: Sequence[Shape | None], attrs: Mapping[str, Any]) -> Params:

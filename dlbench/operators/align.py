@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dlbench.core.values import Measurement, Number, Operation
-from dlbench.operators.neutral import ANY, NEUTRAL, Neutral, Same
+from dlbench.operators.neutral import ADDED, ANY, NEUTRAL, Neutral, Same
 
 log = logging.getLogger(__name__)
 
@@ -96,12 +96,15 @@ def align_operation(
     (see :mod:`dlbench.operators.neutral`), unless ``whole_operation_given``: the executable reads every
     descriptor and the node itself from the node file, so nothing is lost.
 
+    A descriptor added later (``ADDED`` in :mod:`dlbench.operators.neutral`: a Conv's ``has_bias``, a pool's
+    ``ceil_mode``) that the operation lacks takes the value it had before it was added.
+
     1. Every descriptor found by name: reorder, discard the surplus.
     2. Otherwise the first permutation strategy that fits the operation's input shapes.
     3. Otherwise descriptors found by name keep their values and the remaining slots take the
        operation's unmatched parameters in order (logged as a warning, since it is a guess).
     """
-    named = operation.param_dict
+    named = {**{d: ADDED[d] for d in param_descr if d in ADDED}, **operation.param_dict}
     if all(d in named for d in param_descr):
         if not whole_operation_given:
             _refuse_changed_problem(operation, param_descr, (), entry_name)

@@ -41,6 +41,10 @@ NEUTRAL: dict[str, Neutral] = {
     "pads_1": 0,
     "pads_2": Same("pads_0"),
     "pads_3": Same("pads_1"),
+    # added descriptors, so implementations without them (the native kernels) still serve the operations
+    # they pose the same problem as: a convolution without a bias, a pool whose ceil mode adds no window
+    "has_bias": 0,
+    "ceil_mode": 0,
     # GEMM / MatMul
     "transA": 0,
     "transB": 0,
@@ -56,3 +60,7 @@ NEUTRAL: dict[str, Neutral] = {
     "epsilon": ANY,
     "momentum": ANY,
 }
+
+#: Descriptors added after operations were first described without them: an operation that lacks one (a stored
+#: operation, a configured benchmark that leaves it out) poses the problem at this value.
+ADDED: dict[str, Number] = {"has_bias": 0, "ceil_mode": 0}

@@ -57,6 +57,7 @@ REFERENCE_OPERATIONS = (
             ("dilations_0", 1),
             ("dilations_1", 1),
             ("group", 1),
+            ("has_bias", 0),
             ("mode", 0),
         ),
         name="reference_conv_3x3",

@@ -95,15 +95,19 @@ def test_an_outlier_whose_calls_were_not_recorded_says_so_instead_of_clearing_it
     assert "as benchmarked" in cause_lines(empty, outliers, {})[7][0]
 
 
-def test_outliers_on_a_machine_busier_than_its_cores_come_with_a_warning():
+def test_outliers_on_a_machine_busier_than_its_logical_cpus_come_with_a_warning_naming_cpus_and_cores():
     from dlbench.analysis.causes import busy_machine_lines
 
     found = pd.DataFrame([{"id": 1}])
     busy = {"load_average_start": 8.1, "covered_ratio_training_to_benchmark": 3.3}
-    assert "busy (load average 8.1 on 2 cores" in busy_machine_lines(found, busy, cores=2)[0]
-    assert "3.3x" in busy_machine_lines(found, busy, cores=2)[0]
-    assert busy_machine_lines(found, {"load_average_start": 1.5}, cores=2) == []
-    assert busy_machine_lines(found.iloc[:0], busy, cores=2) == []
+    line = busy_machine_lines(found, busy, cpus=2, cores=2)[0]
+    assert "busy (load average 8.1 on 2 logical CPUs at the start)" in line
+    assert "3.3x" in line
+    # two hyper-threads per core: the load average counts against the logical CPUs, the cores are named apart
+    assert "on 4 logical CPUs, 2 physical cores at the start" in busy_machine_lines(found, busy, cpus=4, cores=2)[0]
+    assert busy_machine_lines(found, {"load_average_start": 1.5}, cpus=2, cores=2) == []
+    assert busy_machine_lines(found, {"load_average_start": 3.5}, cpus=4, cores=2) == []
+    assert busy_machine_lines(found.iloc[:0], busy, cpus=2, cores=2) == []
 
 
 def two_mul_calls_of_one_outlier(second):

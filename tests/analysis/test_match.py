@@ -24,7 +24,7 @@ from dlbench.training.instrument import ProfileSession, ProfileSettings
 
 
 def conv_op(op_id: int, mode: int = 0, count: int = 1, n: int = 2) -> Operation:
-    values = [n, 3, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, mode]
+    values = [n, 3, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, mode]
     return Operation(op_id, "Conv", tuple(zip(CONV, values, strict=True)), count=count, nodes=(f"conv{op_id}",))
 
 

@@ -164,10 +164,10 @@ def run_kernel(op_type: str, rows: list[tuple[int, list[float]]], tmp_path: Path
 
 
 def test_protocol_run_reports_bad_rows_by_id_and_keeps_the_rest(tmp_path: Path) -> None:
-    good = [2, 4, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0]
-    bad_groups = [2, 4, 8, 8, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 0]  # K=3 not divisible by group=2
-    too_big = [2, 4, 2, 2, 4, 5, 5, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0]  # 5x5 kernel on a 2x2 input
-    negative = [-2, 4, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0]
+    good = [2, 4, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0]
+    bad_groups = [2, 4, 8, 8, 3, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 2, 0, 0]  # K=3 not divisible by group=2
+    too_big = [2, 4, 2, 2, 4, 5, 5, 0, 0, 0, 0, 1, 1, 1, 1, 1, 0, 0]  # 5x5 kernel on a 2x2 input
+    negative = [-2, 4, 8, 8, 4, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0]
     assert len(good) == len(DESCRIPTORS["Conv"])
     code, out, stderr = run_kernel(
         "Conv", [(0, good), (1, bad_groups), (2, too_big), (3, negative), (4, good)], tmp_path

@@ -51,16 +51,19 @@ CONV_PADS = {
 }
 
 
+@pytest.mark.parametrize("bias", [0, 1])
 @pytest.mark.parametrize("pads", sorted(CONV_PADS))
 @pytest.mark.parametrize("mode", [0, 1, 2])
-def test_conv_forward_backward_data_and_backward_weights(mode: int, pads: str) -> None:
+def test_conv_forward_backward_data_and_backward_weights(mode: int, pads: str, bias: int) -> None:
     torch.manual_seed(mode)
-    p = {**CONV, **CONV_PADS[pads], "mode": mode}
+    p = {**CONV, **CONV_PADS[pads], "has_bias": bias, "mode": mode}
     fn = tk.conv(p, CPU, F64)
     names = captured(fn)
     x = unpadded(names["x"], p).clone().requires_grad_()
     weight = names["weight"].clone().requires_grad_()
-    y = F.conv2d(onnx_pad(x, p), weight, None, (2, 1), 0, (1, 2), 2)
+    # the forward adds the kernel's bias; no gradient depends on its values
+    b = (names["bias"] if mode == 0 else torch.zeros(6, dtype=F64)).clone().requires_grad_() if bias else None
+    y = F.conv2d(onnx_pad(x, p), weight, b, (2, 1), 0, (1, 2), 2)
     result = fn()
     if mode == 0:
         close(result, y)
@@ -68,10 +71,14 @@ def test_conv_forward_backward_data_and_backward_weights(mode: int, pads: str) -
     y.backward(names["grad"])
     if mode == 1:
         close(unpadded(result[0], p), x.grad)
-        assert result[1] is None
-    else:
+        assert result[1] is None and result[2] is None
+    else:  # a biased layer's backward-weights call reduces the bias gradient too
         close(result[1], weight.grad)
         assert result[0] is None
+        if bias:
+            close(result[2], b.grad)
+        else:
+            assert result[2] is None
 
 
 @pytest.mark.parametrize(("trans_a", "trans_b", "batch"), [(0, 0, 1), (1, 0, 1), (0, 1, 3), (1, 1, 2)])
@@ -235,24 +242,30 @@ def test_layernorm_forward_and_backward_over_the_trailing_axes(axis: int) -> Non
     close(dbias, bias.grad)
 
 
+@pytest.mark.parametrize("ceil_mode", [0, 1])
 @pytest.mark.parametrize("pads", sorted(POOL_PADS))
-def test_average_pool_matches_onnxruntimes_average_pool(pads: str) -> None:
-    """The ONNX reference itself: onnxruntime's AveragePool (count_include_pad=0) on the same input."""
+@pytest.mark.parametrize("op_type", ["MaxPool", "AveragePool"])
+def test_inference_pooling_matches_onnxruntimes_pool_in_floor_and_ceil_mode(
+    op_type: str, pads: str, ceil_mode: int
+) -> None:
+    """The ONNX reference itself: onnxruntime's pool (AveragePool: count_include_pad=0) on the same input; at
+    8x7 a 3x2 window of stride 2 has a last, partial window that only ceil mode keeps."""
     ort = pytest.importorskip("onnxruntime")
     from onnx import TensorProto, helper
 
-    p = {**POOL, **POOL_PADS[pads], "mode": 0}
-    fn = tk.KERNELS["AveragePool"](p, CPU, torch.float32)
+    p = {**POOL, "H": 8, "W": 7, **POOL_PADS[pads], "ceil_mode": ceil_mode, "mode": 2}
+    fn = tk.KERNELS[op_type](p, CPU, torch.float32)
     x = unpadded(captured(fn)["x"], p).contiguous()
     node = helper.make_node(
-        "AveragePool", ["x"], ["y"], kernel_shape=[int(p["kernel_shape_0"]), int(p["kernel_shape_1"])],
+        op_type, ["x"], ["y"], kernel_shape=[int(p["kernel_shape_0"]), int(p["kernel_shape_1"])],
         strides=[int(p["strides_0"]), int(p["strides_1"])], pads=[int(p[f"pads_{i}"]) for i in range(4)],
+        ceil_mode=ceil_mode,
     )  # fmt: skip
     graph = helper.make_graph(
         [node], "pool", [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )  # fmt: skip
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 19)])
     session = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
     (expected,) = session.run(None, {"x": x.numpy()})
     torch.testing.assert_close(fn(), torch.from_numpy(expected), rtol=1e-5, atol=1e-6)

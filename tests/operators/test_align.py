@@ -29,7 +29,7 @@ def test_parameters_are_reordered_by_descriptor_and_surplus_at_neutral_values_di
 
 
 def conv(**overrides: float) -> Operation:
-    values = dict(zip(CONV, [1, 32, 56, 56, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0], strict=True))
+    values = dict(zip(CONV, [1, 32, 56, 56, 32, 3, 3, 1, 1, 1, 1, 1, 1, 1, 1, 1, 0, 0], strict=True))
     values.update(overrides)
     return Operation(id=3, op_type="Conv", params=tuple(values.items()))
 
@@ -49,6 +49,7 @@ def test_a_depthwise_convolution_is_not_served_by_an_implementation_without_grou
         (conv(dilations_0=2, dilations_1=2), [d for d in CONV if not d.startswith("dilations")], "dilations_0"),
         (conv(pads_2=2), [d for d in CONV if d not in ("pads_2", "pads_3")], "pads_2=2 (not equal to pads_0)"),
         (conv(mode=2), [d for d in CONV if d != "mode"], "mode=2"),
+        (conv(has_bias=1), [d for d in CONV if d != "has_bias"], "has_bias=1 (only 0 may be left out)"),
         (
             Operation(0, "Gemm", tuple(zip(GEMM, [64, 32, 16, 1, 0, 1], strict=True))),
             ["M", "K", "N", "batch"],
@@ -134,3 +135,24 @@ def test_permutation_length_must_match_param_descr() -> None:
 def test_malformed_permutations_are_rejected(text: str) -> None:
     with pytest.raises(PermutationError, match="permutation"):
         Permutation.parse(text)
+
+
+def test_an_entry_without_bias_or_ceil_mode_serves_unbiased_convolutions_and_floor_mode_pools_only() -> None:
+    from dlbench.core.descriptors import POOL
+    from dlbench.operators.registry import load_registry
+
+    registry = load_registry()
+    onednn_conv, onednn_pool = registry.operator("onednn_conv"), registry.operator("onednn_maxpool")
+    assert align_operation(conv(), onednn_conv.param_descr, entry_name="onednn_conv")[-1] == 0
+    # an operation described before has_bias existed (stored, or configured) is the unbiased problem
+    older = Operation(3, "Conv", tuple((d, v) for d, v in conv().params if d != "has_bias"))
+    (torch_conv,) = registry.serving("Conv", backend="torch", device="cpu")
+    assert align_operation(older, torch_conv.param_descr) == align_operation(conv(), torch_conv.param_descr)
+    with pytest.raises(ProblemChanged, match="has_bias=1"):
+        align_operation(conv(has_bias=1), onednn_conv.param_descr, entry_name="onednn_conv")
+    window = [1, 8, 8, 8, 3, 3, 0, 0, 0, 0, 2, 2]
+    floor = Operation(1, "MaxPool", tuple(zip(POOL, [*window, 0, 2], strict=True)))
+    ceil = Operation(2, "MaxPool", tuple(zip(POOL, [*window, 1, 2], strict=True)))
+    assert align_operation(floor, onednn_pool.param_descr, entry_name="onednn_maxpool") == [*window, 2]
+    with pytest.raises(ProblemChanged, match="ceil_mode=1"):
+        align_operation(ceil, onednn_pool.param_descr, entry_name="onednn_maxpool")

@@ -12,7 +12,7 @@ from dlbench.core.values import Operation
 from dlbench.operators.passes import cost_of_passes, known_passes, with_passes
 from dlbench.operators.registry import RegistryError, load_registry
 
-CONV_VALUES = [8, 64, 56, 56, 128, 3, 3, 1, 1, 1, 1, 2, 2, 1, 1, 1, 0]
+CONV_VALUES = [8, 64, 56, 56, 128, 3, 3, 1, 1, 1, 1, 2, 2, 1, 1, 1, 0, 0]
 
 
 def conv_op() -> Operation:

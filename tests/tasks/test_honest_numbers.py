@@ -40,7 +40,7 @@ DWCONV = """\
 name: dwconv
 op_type: Conv
 common: {N: 1, C: 32, K: 32, H: 28, W: 28, kernel_shape_0: 3, kernel_shape_1: 3, pads_0: 1, pads_1: 1,
-         pads_2: 1, pads_3: 1, strides_0: 1, strides_1: 1, dilations_0: 1, dilations_1: 1, mode: 0}
+         pads_2: 1, pads_3: 1, strides_0: 1, strides_1: 1, dilations_0: 1, dilations_1: 1, has_bias: 0, mode: 0}
 operations:
   - {name: dense, group: 1}
   - {name: depthwise, group: 32}

@@ -74,8 +74,9 @@ def canonical_node(op_type: str, p: Mapping[str, Number]) -> NodeSpec:
         k, group = integer(p, "K"), integer(p, "group", 1)
         kernel = _ints(p["kernel_shape_0"], p["kernel_shape_1"])
         weight = _tensor((k, c // max(group, 1), *kernel), weight=True)
+        bias = [_tensor((k,), weight=True)] if integer(p, "has_bias", 0) else []  # as the model's node: an input
         return _node(
-            "Conv", [_tensor((n, c, h, w)), weight], kernel_shape=kernel,
+            "Conv", [_tensor((n, c, h, w)), weight, *bias], kernel_shape=kernel,
             pads=_ints(*(p[f"pads_{i}"] for i in range(4))), strides=_ints(p["strides_0"], p["strides_1"]),
             dilations=_ints(p.get("dilations_0", 1), p.get("dilations_1", 1)), group=group,
         )  # fmt: skip
@@ -114,6 +115,7 @@ def canonical_node(op_type: str, p: Mapping[str, Number]) -> NodeSpec:
         return _node(
             op_type, [x], kernel_shape=_ints(p["kernel_shape_0"], p["kernel_shape_1"]),
             pads=_ints(*(p[f"pads_{i}"] for i in range(4))), strides=_ints(p["strides_0"], p["strides_1"]),
+            ceil_mode=integer(p, "ceil_mode", 0),
         )  # fmt: skip
     raise InvalidParameters(f"{op_type} has no ONNX node dlbench can build from its parameters")
 
