@@ -120,18 +120,27 @@ def test_time_stats_from_samples() -> None:
 
 def test_run_command_kills_a_hanging_process_group(tmp_path: Path) -> None:
     script = tmp_path / "hang.py"
-    # the child starts a grandchild; both must die with the group
+    pids = tmp_path / "pids.txt"
+    # the child starts a grandchild; both must die with the group. Their own pids, not a search of every process
+    # for the command line: another test run on the same machine has processes of the same command line
     script.write_text(
-        "import subprocess, sys, time\n"
-        "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        "import os, subprocess, sys, time\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'])\n"
+        f"open({str(pids)!r}, 'w').write(f'{{os.getpid()}} {{child.pid}}')\n"
         "print('started', flush=True)\ntime.sleep(600)\n"
     )
     result = run_command([sys.executable, str(script)], timeout=1.5)
     assert result.timed_out and "timed out" in result.describe_failure()
     import psutil
 
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if "time.sleep(600)" in " ".join(p.info["cmdline"] or [])]
-    assert leftovers == []
+    def alive(pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return False
+
+    started = [int(pid) for pid in pids.read_text().split()]
+    assert len(started) == 2 and [pid for pid in started if alive(pid)] == []
 
 
 def test_run_command_keeps_only_the_tail_of_a_stderr_flood(tmp_path: Path) -> None:
