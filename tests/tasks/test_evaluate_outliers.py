@@ -39,7 +39,7 @@ def evaluate(tmp_path: Path, store: Store, name: str, causes: str, *overrides: s
     run = mlflow_runs(store)[0]
     tables = {
         name: pd.read_csv(StringIO(artifact_text(store, run.info.run_id, name)))
-        for name in ("outliers.csv", "outlier_causes.csv")
+        for name in ("outliers.csv", "outlier_causes.csv", "ran_as.csv")
     }
     return result, run, tables
 
@@ -74,21 +74,25 @@ def test_a_clean_step_has_no_outliers(tmp_path: Path, store: Store):
 
 
 @pytest.mark.slow
-def test_a_transposed_view_and_a_float64_leak_are_named_reproduced_and_fixed(tmp_path: Path, store: Store):
+def test_a_transposed_view_is_named_reproduced_and_fixed_and_a_float64_leak_is_benchmarked_as_it_ran(
+    tmp_path: Path, store: Store
+):
     # a band of 1.5x: at the default 2x, the transposed Mul (about 5x in a step) left the band in some profiled
     # batches only, once in three runs on a 2-core machine
     band = "evaluate.outliers.high=1.5"
     result, run, tables = evaluate(tmp_path, store, "planted_mixed", "subnormal,transposed,float64", band)
-    outliers, causes = tables["outliers.csv"], tables["outlier_causes.csv"]
+    outliers, causes, ran_as = tables["outliers.csv"], tables["outlier_causes.csv"], tables["ran_as.csv"]
     reproduced = causes[causes["reproduced"]]
-    # the transposed gain is read by the Mul's forward and both its backward passes, the float64 GELU's input by
-    # its forward and backward: each of those found is diagnosed
+    # the transposed gain is read by the Mul's forward and both its backward passes: each found is diagnosed
     mul_ids = set(outliers[outliers["op_type"] == "Mul"]["id"])
-    gelu_ids = set(outliers[outliers["op_type"] == "Gelu"]["id"])
-    assert mul_ids and gelu_ids, outliers.to_string()
-    for ids, cause in ((mul_ids, "strides"), (gelu_ids, "dtype")):
-        found = reproduced[reproduced["id"].isin(ids)]
-        assert set(found["id"]) == ids and set(found["cause"]) == {cause}, causes.to_string()
+    assert mul_ids, outliers.to_string()
+    found = reproduced[reproduced["id"].isin(mul_ids)]
+    assert set(found["id"]) == mul_ids and set(found["cause"]) == {"strides"}, causes.to_string()
+    # the GELU that computed in float64 is benchmarked in float64, as the profile recorded it (issue 48): its
+    # benchmark is what ran, so it is no outlier, and no dtype cause is claimed for a call in its own dtype
+    gelus = ran_as[ran_as["op_type"] == "Gelu"]
+    assert set(gelus["dtype"]) == {"float64"}, ran_as.to_string()
+    assert not set(outliers[outliers["op_type"] == "Gelu"]["id"]) and "dtype" not in set(reproduced["cause"])
     assert (reproduced["with_cause_ms"] > reproduced["plain_ms"]).all()
     m = run.data.metrics
     assert m["predicted_step_with_causes_ms"] > m["predicted_step_ms"]
