@@ -4,6 +4,7 @@ transposition, a cast's shape and its two dtypes (the readers that take the reco
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -11,6 +12,19 @@ from typing import Any
 from dlbench.core.dtypes import ELEMENT_TYPES, FLOAT_TYPES
 from dlbench.core.shapes import Shape, rank4, rank4_spatial
 from dlbench.core.values import Operation
+
+
+def json_list(value: Any) -> list[Any]:
+    """A profile column that holds a list (``input_shapes``, ``input_types``): the list itself, or parsed from its
+    JSON text; ``[]`` for anything else (an empty cell, text that is no JSON list)."""
+    if isinstance(value, list | tuple):
+        return list(value)
+    try:
+        parsed = json.loads(value) if isinstance(value, str) and value else []
+    except json.JSONDecodeError:
+        return []
+    return parsed if isinstance(parsed, list) else []
+
 
 GEMM_TYPES = frozenset({"Gemm", "MatMul"})
 

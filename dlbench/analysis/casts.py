@@ -14,12 +14,12 @@ scale) stay framework time."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
+from dlbench.analysis.call_fields import json_list
 from dlbench.analysis.predict import MIXED_PRECISION_PASSES
 from dlbench.core.costs import operation_cost
 from dlbench.core.descriptors import DESCRIPTORS
@@ -44,23 +44,13 @@ LOSS_SCALING = {**{d: 1 for d in ("N", "C", "H", "W", "N_b", "C_b", "H_b", "W_b"
 def cast_kind(input_shapes: Any, input_types: Any) -> tuple[tuple[int, ...], str, str] | None:
     """(shape, from, to) of a profiled ``aten::copy_(destination, source)`` that converts between two floating
     dtypes; None for a copy within one dtype, from or to an integer, or of a scalar."""
-    shapes, types = _json_list(input_shapes), _json_list(input_types)
+    shapes, types = json_list(input_shapes), json_list(input_types)
     if len(shapes) < 2 or len(types) < 2 or not isinstance(shapes[1], list) or not shapes[1]:
         return None
     to, source = str(types[0]), str(types[1])
     if to == source or to not in FLOAT_TYPES or source not in FLOAT_TYPES:
         return None
     return tuple(int(d) for d in shapes[1]), source, to
-
-
-def _json_list(value: Any) -> list[Any]:
-    if isinstance(value, list | tuple):
-        return list(value)
-    try:
-        parsed = json.loads(value) if isinstance(value, str) and value else []
-    except json.JSONDecodeError:
-        return []
-    return parsed if isinstance(parsed, list) else []
 
 
 def _operation(op_id: int, op_type: str, params: Mapping[str, Any], count: int, dtype: str) -> Operation:
@@ -110,7 +100,7 @@ def loss_scalings(profile: pd.DataFrame) -> dict[str, float]:
     caller asks only when GradScaler ran)."""
     out: dict[str, float] = {}
     for row in profile[profile["name"] == SCALE_OPERATOR].itertuples(index=False):
-        shapes, types = _json_list(row.input_shapes), _json_list(getattr(row, "input_types", "[]"))
+        shapes, types = json_list(row.input_shapes), json_list(getattr(row, "input_types", "[]"))
         if len(shapes) == 2 and shapes == [[], []] and len(types) == 2 and all(t in FLOAT_TYPES for t in types):
             out[str(types[0])] = out.get(str(types[0]), 0.0) + float(row.calls)
     return {dtype: calls for dtype, calls in out.items() if round(calls) >= 1}

@@ -20,7 +20,6 @@ forward operation.
 from __future__ import annotations
 
 import fnmatch
-import json
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -35,6 +34,7 @@ from dlbench.analysis.call_fields import (  # noqa: F401 - MatchError, _nchw_fie
     TYPED_READERS,
     MatchError,
     _nchw_fields,
+    json_list,
     operation_fields,
 )
 from dlbench.core.tables import load_mapping
@@ -254,7 +254,7 @@ def _candidates(
     rule: OperatorRule, input_shapes: Any, by_type: Mapping[str, list], passes: Mapping[int, str], input_types: Any = ()
 ) -> tuple[list[Operation], list[str]]:
     """The operations a profiled call's rule fits (its op types, passes and shapes), and why others did not."""
-    shapes, types = _json_list(input_shapes), _json_list(input_types)
+    shapes, types = json_list(input_shapes), json_list(input_types)
     candidates: list[Operation] = []
     problems = []
     for op_type in rule.op_types:
@@ -270,14 +270,6 @@ def _candidates(
             shown = ", ".join(f"{k}={v}" for k, v in fields.items()) or "any shape"
             problems.append(f"no {op_type} operation ({'/'.join(rule.passes_of(op_type))}) with {shown}")
     return candidates, problems
-
-
-def _json_list(value: Any) -> list[Any]:
-    try:
-        parsed = json.loads(value or "[]") if isinstance(value, str) else list(value)
-    except (json.JSONDecodeError, TypeError):
-        return []
-    return parsed if isinstance(parsed, list) else []
 
 
 def _unassigned(

@@ -12,13 +12,13 @@ so a float32 step's operations are the same problems as before."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 import pandas as pd
 
+from dlbench.analysis.call_fields import json_list
 from dlbench.analysis.casts import amp_notes, amp_operations
 from dlbench.analysis.match import MatchTable, match_profile
 from dlbench.core.autocast import autocast_dtype
@@ -35,22 +35,12 @@ def call_dtype(input_shapes: Any, input_types: Any) -> str:
     """The dtype a profiled call computed in: its first floating-point input that is not a 0-dim tensor (a
     scalar such as a loss's incoming gradient does not set it), else its first floating-point input; ``""``
     when none is recorded."""
-    shapes, types = _json_list(input_shapes), _json_list(input_types)
+    shapes, types = json_list(input_shapes), json_list(input_types)
     floats = [(i, t) for i, t in enumerate(types) if t in FLOAT_TYPES]
     for i, dtype in floats:
         if i < len(shapes) and isinstance(shapes[i], list) and shapes[i]:
             return dtype
     return floats[0][1] if floats else ""
-
-
-def _json_list(value: Any) -> list[Any]:
-    if isinstance(value, list | tuple):
-        return list(value)
-    try:
-        parsed = json.loads(value) if isinstance(value, str) and value else []
-    except json.JSONDecodeError:
-        return []
-    return parsed if isinstance(parsed, list) else []
 
 
 @dataclass(frozen=True)
