@@ -109,10 +109,14 @@ def interval_metrics(rounds: StepRounds) -> dict[str, float]:
     }
 
 
+def _error_and_interval(metrics: Mapping[str, float], prefix: str) -> tuple[float, float, float]:
+    """The error and its interval's bounds from an evaluation's metrics (NaN where missing)."""
+    return tuple(metrics.get(f"{prefix}{suffix}", math.nan) for suffix in ("_pct", "_lo_pct", "_hi_pct"))  # type: ignore[return-value]
+
+
 def error_text(metrics: Mapping[str, float], prefix: str = "prediction_error") -> str:
     """``-6.1% (95% interval -15.2% to +3.9%)``, or the bare error where there is no interval."""
-    err = metrics.get(f"{prefix}_pct", math.nan)
-    low, high = metrics.get(f"{prefix}_lo_pct", math.nan), metrics.get(f"{prefix}_hi_pct", math.nan)
+    err, low, high = _error_and_interval(metrics, prefix)
     if not math.isfinite(err):
         return "n/a"
     if not (math.isfinite(low) and math.isfinite(high)):
@@ -123,8 +127,7 @@ def error_text(metrics: Mapping[str, float], prefix: str = "prediction_error") -
 def interval_note(metrics: Mapping[str, float], prefix: str = "prediction_error", what: str = "the error") -> str:
     """The one line saying that the interval is wider than the error it qualifies (it reaches further from the
     error, on one side, than the error's own size), or that there is no interval; empty otherwise."""
-    err = metrics.get(f"{prefix}_pct", math.nan)
-    low, high = metrics.get(f"{prefix}_lo_pct", math.nan), metrics.get(f"{prefix}_hi_pct", math.nan)
+    err, low, high = _error_and_interval(metrics, prefix)
     if not math.isfinite(err):
         return ""
     if not (math.isfinite(low) and math.isfinite(high)):
