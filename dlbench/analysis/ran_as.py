@@ -66,7 +66,7 @@ def operations_as_ran(
 ) -> RanAs:
     """Decide each operation's dtype and memory format from the profile (:func:`ran_in`), with autocast's
     rule for what no profiled call ran; bytes moved follow each operation's dtype."""
-    seen = ran_in(operations, passes, profile, table)
+    seen = ran_in(operations, passes, profile, table, amp=amp, device=device)
     out, rows = [], []
     for op in operations:
         dtype, layout, time_us = seen.get(op.id, ("", "", 0.0))
@@ -108,25 +108,51 @@ def step_as_ran(
 
 
 def ran_in(
-    operations: Sequence[Operation], passes: Mapping[int, str], profile: pd.DataFrame, table: MatchTable
+    operations: Sequence[Operation],
+    passes: Mapping[int, str],
+    profile: pd.DataFrame,
+    table: MatchTable,
+    *,
+    amp: str = "none",
+    device: str = "cpu",
 ) -> dict[int, tuple[str, str, float]]:
     """Operation id -> (dtype, memory format, profiled time per step) of the calls matched to it: the pair
     that took the most of its time. The match reads shapes (a cast's dtypes too), so every call finds its
-    operation whatever it ran in."""
+    operation whatever it ran in. Under autocast an op on its lists is recorded twice, once as called (the
+    caller's dtype) and once re-dispatched after the cast: where both are there, only the call in autocast's
+    dtype computed (:func:`_autocast_wrappers`), whatever their times."""
     matched = match_profile(profile, operations, passes, table)
-    totals: dict[int, dict[tuple[str, str], float]] = {}
+    calls: dict[int, list[tuple[str, tuple[str, str], float]]] = {}
     rows = matched.rows
     for index, op_id, time_us in matched.assignments:
         row = rows.iloc[index]
         key = (call_dtype(row["input_shapes"], row["input_types"]), str(row["memory_format"] or ""))
-        if key == ("", ""):
-            continue
-        acc = totals.setdefault(op_id, {})
-        acc[key] = acc.get(key, 0.0) + max(time_us, 1e-9)
+        if key != ("", ""):
+            calls.setdefault(op_id, []).append((str(row["name"]), key, max(time_us, 1e-9)))
     out = {}
-    for op_id, by_kind in totals.items():
+    for op_id, op_calls in calls.items():
+        wrappers = _autocast_wrappers(op_calls, amp, device)
+        by_kind: dict[tuple[str, str], float] = {}
+        for i, (_, key, time_us) in enumerate(op_calls):
+            if i not in wrappers:
+                by_kind[key] = by_kind.get(key, 0.0) + time_us
         (dtype, layout), _ = max(by_kind.items(), key=lambda item: item[1])
-        out[op_id] = (dtype, layout, sum(by_kind.values()))
+        out[op_id] = (dtype, layout, sum(time_us for _, _, time_us in op_calls))
+    return out
+
+
+def _autocast_wrappers(calls: Sequence[tuple[str, tuple[str, str], float]], amp: str, device: str) -> set[int]:
+    """Indices of the calls that are autocast's own dispatch of an op on its lists: a call named as another of
+    the same operation's calls, in a dtype other than the one autocast gives that name, where the other is in
+    it. Without autocast, or with the op recorded in one dtype only, none is."""
+    if amp == "none":
+        return set()
+    names = {(name, key[0]) for name, key, _ in calls}
+    out = set()
+    for i, (name, (dtype, _), _) in enumerate(calls):
+        target = autocast_dtype(name, amp, device)
+        if target and dtype != target and (name, target) in names:
+            out.add(i)
     return out
 
 

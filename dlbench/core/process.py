@@ -181,12 +181,22 @@ def flooded_streams(out: IO[bytes], err: IO[bytes], limit: int) -> str:
     return ""
 
 
-def _kill_leftovers(proc: subprocess.Popen) -> None:
-    """Children the program started and left running die with it: a sweep leaves no orphans."""
+def _kill_leftovers(proc: subprocess.Popen, settle_s: float = 2.0) -> None:
+    """Children the program started and left running die with it: a sweep leaves no orphans. SIGKILL lands
+    when the kernel next schedules each of them, so wait (at most ``settle_s``) until the group is gone: the
+    next measurement starts on a machine they no longer load. A member left as a zombie nobody reaps holds
+    the group for the whole wait, and nothing else."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
-        pass
+        return
+    deadline = time.perf_counter() + settle_s
+    while time.perf_counter() < deadline:
+        try:
+            os.killpg(proc.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return
+        time.sleep(0.01)
 
 
 def kill_process_group(proc: subprocess.Popen, grace: float = 2.0) -> None:
