@@ -11,7 +11,9 @@ comparisons it runs (small to try it, the targets' counts on a quiet machine):
    core and dlbench is pinned to the rest. Targets: the gate fails 0 times; at most 1 operation in 230 is called
    changed; at least 80% are called ``same``.
 3. ``slowdown`` (a real 10% slowdown, interleaved): B is the same executable (``bench/compare_conf/scaled.py``)
-   with the even ids' problems 10% larger, through the side's environment (``compare.b.env.SCALED_FACTOR=1.1``).
+   with the even ids' calls reported 10% slower on the same work, through the side's environment
+   (``compare.b.env.SCALED_TIME=1.1``; ``--slowdown size``: their problems 10% larger instead,
+   ``SCALED_FACTOR``, which is not 10% slower: a larger H changes kernels and moves the odd ids too).
    Targets: the gate fails in every comparison (10 of 10), and >= 90% of the slowed operations are ``slower``.
 4. ``stored`` (stored runs, quiet machine): two identical conv sweeps compared (A/A: at most 1 of 23 called
    changed), and a sweep against one with the 10% slowdown (>= 90% of the slowed found), ``--comparisons``
@@ -136,8 +138,9 @@ def neighbour(args: argparse.Namespace, uri: str) -> None:
 
 
 def slowdown(args: argparse.Namespace, uri: str) -> None:
+    variable = "SCALED_FACTOR" if args.slowdown == "size" else "SCALED_TIME"
     sides = ("+benchmark=conv", f"--config-dir={CONF}", "compare.a.implementation=conv_as_is",
-             "compare.b.implementation=conv_as_is", "+compare.b.env.SCALED_FACTOR=1.1")  # fmt: skip
+             "compare.b.implementation=conv_as_is", f"+compare.b.env.{variable}=1.1")  # fmt: skip
     gates, caught, slowed = 0, 0, 0
     for index in range(args.comparisons):
         status, changes = interleaved(args, uri, f"slowdown{index + 1}", sides)
@@ -191,6 +194,10 @@ def main() -> None:
     parser.add_argument("--comparisons", type=int, default=None, help="default: the scenario's target count")
     parser.add_argument("--rounds", type=int, default=20, help="compare.rounds of the interleaved scenarios")
     parser.add_argument("--batch", type=int, default=1)
+    parser.add_argument(
+        "--slowdown", choices=("time", "size"), default="time",
+        help="slowdown scenario: B's even ids reported 10%% slower (time) or their problems 10%% larger (size)",
+    )  # fmt: skip
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument(
         "--store", default=str(ROOT / ".dlbench" / "bench" / "compare_power" / "mlflow.db"), help=STORE_HELP

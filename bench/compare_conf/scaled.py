@@ -1,10 +1,20 @@
 """An operator benchmark executable (the CSV protocol) for ``bench/compare_power.py``: the embedded torch
-kernel's own command line (``python -m dlbench.backends.torch OP``) on the sweep's rows, with the even ids'
-``H`` made ``FACTOR`` times larger (a convolution's work grows with H: a known slowdown on a known half).
-Usage: ``python scaled.py FACTOR OP INPUT.csv``; writes ``INPUT_out.csv`` and ``INPUT_samples.csv``. The
-environment variable ``SCALED_FACTOR``, where set, replaces FACTOR: one registry entry made slower by a side's
-environment (``compare.b.env.SCALED_FACTOR=1.1``), the same executable on both sides of an interleaved run."""
+kernel's own command line (``python -m dlbench.backends.torch OP``) on the sweep's rows, with a known slowdown
+on a known half (the even ids), in one of two ways:
 
+- ``FACTOR`` (or the environment variable ``SCALED_FACTOR``, where set): the even ids' ``H`` made ``FACTOR``
+  times larger. A convolution's work grows with H, but not its time in proportion: a larger H can change the
+  kernel (two of ResNet-50's down-sampling convolutions ran 2.2-2.6x slower at H x 1.1) and the cache state the
+  next operation of the round finds, so the odd ids move too.
+- ``SCALED_TIME`` (environment): the even ids' times, as the kernel measured them, reported ``SCALED_TIME``
+  times longer (every sample and every time statistic): exactly that slowdown per call, on the same work, with
+  the machine's own noise; the odd ids run and are reported as they are.
+
+Usage: ``python scaled.py FACTOR OP INPUT.csv``; writes ``INPUT_out.csv`` and ``INPUT_samples.csv``. The
+environment variables make one registry entry slower by a side's environment
+(``compare.b.env.SCALED_TIME=1.1``): the same executable on both sides of an interleaved run."""
+
+import csv
 import os
 import subprocess
 import sys
@@ -12,10 +22,29 @@ from pathlib import Path
 
 #: the column of H in a Conv row (id, N, C, H, ...)
 H_COLUMN = 3
+#: columns of ``_out.csv`` that are not times (dlbench.operators.protocol)
+NOT_TIMES = {"id", "reps", "converged", "cpu_efficiency"}
+
+
+def scale_times(path: Path, factor: float) -> None:
+    """The even ids' time columns of a protocol output (``_out.csv`` or ``_samples.csv``) times ``factor``."""
+    with path.open(newline="") as handle:
+        rows = list(csv.reader(handle))
+    header = rows[0] if rows and not rows[0][0].strip().lstrip("-").isdigit() else None
+    names = header or ["id", "time"]
+    out = [header] if header else []
+    for row in rows[1:] if header else rows:
+        if row and int(float(row[0])) % 2 == 0:
+            row = [cell if name.strip() in NOT_TIMES or not cell else repr(float(cell) * factor)
+                   for name, cell in zip(names, row, strict=False)] + row[len(names):]  # fmt: skip
+        out.append(row)
+    with path.open("w", newline="") as handle:
+        csv.writer(handle).writerows(out)
 
 
 def main() -> int:
     factor = float(os.environ.get("SCALED_FACTOR") or sys.argv[1])
+    time_factor = float(os.environ.get("SCALED_TIME") or 1.0)
     op_type, path = sys.argv[2], Path(sys.argv[-1])
     scaled = path.with_name(f"{path.stem}_scaled.csv")
     lines = []
@@ -30,7 +59,10 @@ def main() -> int:
     for suffix in ("_out.csv", "_samples.csv"):
         produced = scaled.with_name(f"{scaled.stem}{suffix}")
         if produced.exists():
-            produced.replace(path.with_name(f"{path.stem}{suffix}"))
+            target = path.with_name(f"{path.stem}{suffix}")
+            produced.replace(target)
+            if time_factor != 1.0:
+                scale_times(target, time_factor)
     return status
 
 
