@@ -4,14 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-from dlbench.core.change_rules import (
-    CONFIDENCE,
-    INTERLEAVED_ROUNDS,
-    NOISE_THRESHOLD,
-    RESAMPLES,
-    ROUND_REPS,
-    compare_problem,
-)
+from dlbench.core.change_rules import CONFIDENCE, INTERLEAVED_ROUNDS, NOISE_THRESHOLD, RESAMPLES, compare_problem
 
 
 @dataclass
@@ -59,7 +52,6 @@ class CompareConfig:
     a: SideConfig = field(default_factory=SideConfig)  # side A measured in this run (needs +benchmark=...)
     b: SideConfig = field(default_factory=SideConfig)  # side B measured in this run, interleaved with A
     rounds: int = INTERLEAVED_ROUNDS  # rounds of A and B back to back (core/change_rules.py says why)
-    round_reps: int = ROUND_REPS  # timed calls per operation and side in each round, at least (change_rules.py)
 
     def __post_init__(self) -> None:
         if self.max_runs < 1:
@@ -71,8 +63,6 @@ class CompareConfig:
             raise ValueError(problem)
         if self.rounds < 2:
             raise ValueError(f"compare.rounds must be >= 2 (a paired interval needs two rounds), got {self.rounds}")
-        if self.round_reps < 1:
-            raise ValueError(f"compare.round_reps must be >= 1 (timed calls per round), got {self.round_reps}")
         if interleaved and (self.baseline or self.candidate):
             raise ValueError(
                 "compare.a / compare.b measure both sides in this run; compare.baseline / compare.candidate name "

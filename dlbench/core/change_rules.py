@@ -20,12 +20,6 @@ VERDICTS = ("faster", "slower", "same", "unsure", "moved")
 #: is ``same`` when they scatter by up to ~10%. Each round costs every operation its warm-up calls on both
 #: sides, so more rounds cost more time than precision they add beyond that.
 INTERLEAVED_ROUNDS = 20
-#: ``compare.round_reps``: timed calls of each operation per side and round, at least. The sweep's repetitions
-#: are divided between the rounds (``operators/rounds.py``): at 20 rounds the default 10 left one or two calls
-#: a round, so a round's median was one sample and its ratio carried a single call's noise; the paired
-#: intervals of an A/A comparison came out +-12% on a 2-core VM (docs/comparing.md), wider than the 5%
-#: threshold. The median of 5 calls holds against two slow ones.
-ROUND_REPS = 5
 #: what ``compare.fail_on`` may name: a verdict that fails the gate, ``changed`` for either; "" never fails
 FAIL_ON = ("", "slower", "faster", "changed")
 

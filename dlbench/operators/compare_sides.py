@@ -74,10 +74,9 @@ def with_python(entry: OperatorBenchmark, python: str, key: str) -> OperatorBenc
     return replace(entry, command=(found, *entry.command[1:]))
 
 
-def side_settings(base: RunSettings, side: Any, rounds: int, python: str = "", round_reps: int = 1) -> RunSettings:
-    """The run's settings with the side's threads, dtype and environment, in ``rounds`` rounds of at least
-    ``round_reps`` timed calls each (the repetitions are divided between the rounds); another interpreter gets
-    this project on its ``PYTHONPATH`` (unless the side sets one)."""
+def side_settings(base: RunSettings, side: Any, rounds: int, python: str = "") -> RunSettings:
+    """The run's settings with the side's threads, dtype and environment, in ``rounds`` rounds; another
+    interpreter gets this project on its ``PYTHONPATH`` (unless the side sets one)."""
     env = {str(k): str(v) for k, v in dict(side.env).items()}
     if python and "PYTHONPATH" not in env:
         env["PYTHONPATH"] = str(PROJECT_ROOT)
@@ -86,8 +85,6 @@ def side_settings(base: RunSettings, side: Any, rounds: int, python: str = "", r
         threads=resolve_threads(side.threads) if side.threads is not None else base.threads,
         dtype=side.dtype or base.dtype,
         rounds=rounds,
-        min_reps=max(base.min_reps, rounds * round_reps),
-        max_reps=max(base.max_reps, rounds * round_reps),
         extra_env=tuple(sorted(env.items())),
     )
 

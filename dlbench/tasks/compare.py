@@ -284,7 +284,7 @@ def _side(cfg: DlbenchConfig, registry, device: str, name: str):
     side = getattr(cfg.compare, name)
     key = f"compare.{name}"
     entry = side_benchmark(registry, cfg.benchmark.op_type, side, cfg.backend, device, key)
-    settings = side_settings(run_settings(cfg, device), side, cfg.compare.rounds, side.python, cfg.compare.round_reps)
+    settings = side_settings(run_settings(cfg, device), side, cfg.compare.rounds, side.python)
     operations = operations_from_benchmark(cfg.benchmark, settings.dtype)
     if len(operations) < 2:
         raise ConfigurationError(f"{key}: {cfg.benchmark.name} has one operation; rounds interleave two or more")

@@ -62,13 +62,3 @@ def test_what_differs_between_two_sides_names_each_setting_with_both_values():
         differs(a, b)
         == "implementation torch_relu -> onednn_relu; backend torch -> onednn; threads 1 -> 2; env - -> X=1"
     )
-
-
-def test_each_round_of_a_side_times_at_least_round_reps_calls_of_every_operation():
-    from dlbench.operators.rounds import round_share
-
-    base = RunSettings(threads=1, min_reps=10, max_reps=30)
-    share = round_share(side_settings(base, SideConfig(), 20, round_reps=5), 20, 0)
-    assert share["min_reps"] == 5 and share["max_reps"] >= 5  # 10 over 20 rounds alone left 1 a round
-    many = round_share(side_settings(RunSettings(threads=1, min_reps=400), SideConfig(), 20, round_reps=5), 20, 3)
-    assert many["min_reps"] == 20  # never fewer than the sweep's own repetitions
