@@ -153,6 +153,7 @@ def run_command(
                         break
                     if on_poll is not None:
                         on_poll()
+            ended = time.perf_counter()  # the program's time, not the wait for what it left behind
             _kill_leftovers(proc)
         except BaseException:
             kill_process_group(proc)
@@ -161,7 +162,7 @@ def run_command(
             stderr = read_tail(err)
             if stderr_path is not None:
                 stderr_path.write_text(stderr, encoding="utf-8")
-        seconds = time.perf_counter() - start
+        seconds = ended - start
         stdout = read_tail(out)
     return ProcessResult(
         returncode=proc.returncode,
@@ -183,20 +184,38 @@ def flooded_streams(out: IO[bytes], err: IO[bytes], limit: int) -> str:
 
 def _kill_leftovers(proc: subprocess.Popen, settle_s: float = 2.0) -> None:
     """Children the program started and left running die with it: a sweep leaves no orphans. SIGKILL lands
-    when the kernel next schedules each of them, so wait (at most ``settle_s``) until the group is gone: the
-    next measurement starts on a machine they no longer load. A member left as a zombie nobody reaps holds
-    the group for the whole wait, and nothing else."""
+    when the kernel next schedules each of them, so wait (at most ``settle_s``) until no member of the group
+    runs: the next measurement starts on a machine they no longer load. A member that is a zombie (its parent
+    gone, and nobody reaping it) no longer runs and is not waited for."""
     try:
         os.killpg(proc.pid, signal.SIGKILL)
     except (ProcessLookupError, PermissionError):
         return
     deadline = time.perf_counter() + settle_s
-    while time.perf_counter() < deadline:
-        try:
-            os.killpg(proc.pid, 0)
-        except (ProcessLookupError, PermissionError):
-            return
+    while group_runs(proc.pid) and time.perf_counter() < deadline:
         time.sleep(0.01)
+
+
+def group_runs(pgid: int) -> bool:
+    """Whether a process of group ``pgid`` is alive and not a zombie (read from ``/proc``; where there is no
+    ``/proc``, whether the group has any member at all)."""
+    proc = Path("/proc")
+    if not (proc / "self" / "stat").exists():
+        try:
+            os.killpg(pgid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+    for entry in proc.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if len(fields) > 2 and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            return True
+    return False
 
 
 def kill_process_group(proc: subprocess.Popen, grace: float = 2.0) -> None:
