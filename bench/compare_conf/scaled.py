@@ -20,23 +20,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+from dlbench.operators.protocol import TIME_COLUMNS
+
 #: the column of H in a Conv row (id, N, C, H, ...)
 H_COLUMN = 3
-#: columns of ``_out.csv`` that are not times (dlbench.operators.protocol)
-NOT_TIMES = {"id", "reps", "converged", "cpu_efficiency"}
 
 
 def scale_times(path: Path, factor: float) -> None:
-    """The even ids' time columns of a protocol output (``_out.csv`` or ``_samples.csv``) times ``factor``."""
+    """The even ids' times in a protocol output (``_out.csv`` or ``_samples.csv``) times ``factor``: the time
+    column (the second, named after its unit) and the time statistics the protocol names (``TIME_COLUMNS``)."""
     with path.open(newline="") as handle:
         rows = list(csv.reader(handle))
     header = rows[0] if rows and not rows[0][0].strip().lstrip("-").isdigit() else None
-    names = header or ["id", "time"]
+    times = {1} | {i for i, name in enumerate(header or ()) if name.strip() in TIME_COLUMNS}
     out = [header] if header else []
     for row in rows[1:] if header else rows:
         if row and int(float(row[0])) % 2 == 0:
-            row = [cell if name.strip() in NOT_TIMES or not cell else repr(float(cell) * factor)
-                   for name, cell in zip(names, row, strict=False)] + row[len(names):]  # fmt: skip
+            row = [repr(float(cell) * factor) if i in times and cell else cell for i, cell in enumerate(row)]
         out.append(row)
     with path.open("w", newline="") as handle:
         csv.writer(handle).writerows(out)
