@@ -47,8 +47,8 @@ def operation_fields(op: Operation) -> dict[str, Any]:
     p = op.param_dict
     if op.op_type in GEMM_TYPES and all(d in p for d in ("M", "K", "N")):
         return gemm_signature(p["M"], p["K"], p["N"], p.get("batch", 1))
-    if op.op_type == "Cast":  # a cast is also the dtype it converts from
-        return {**p, "from": op.dtype}
+    if op.op_type == "Cast":  # a cast is also the dtype it converts from, a layout conversion the format it makes
+        return {**p, "from": op.dtype, "into": op.memory_format or "contiguous"}
     return dict(p)
 
 
@@ -125,9 +125,25 @@ def _cast(op_type: str, shapes: Sequence[Any], types: Sequence[str], source: int
     return fields
 
 
-#: ``shapes`` kinds that read the recorded input dtypes too: the casts (``aten::_to_copy``'s input; ``aten::copy_``
-#: from its source, input 1, into its destination's dtype).
-TYPED_READERS: dict[str, Callable[[str, Sequence[Any], Sequence[str]], dict[str, Any]]] = {
-    "cast": lambda t, s, d: _cast(t, s, d, 0),
-    "cast_copy": lambda t, s, d: _cast(t, s, d, 1),
+def _copy(op_type: str, shapes: Sequence[Any], types: Sequence[str], formats: Sequence[str]) -> dict[str, Any]:
+    """``aten::copy_(destination, source)``: a cast between two floating dtypes (:func:`_cast`), or within one
+    dtype a layout conversion, a Cast to its own element type ``into`` the destination's memory format. A copy
+    within one dtype and one layout (``.contiguous()`` of a view, a device transfer) is neither."""
+    if len(types) < 2 or types[0] != types[1]:
+        return _cast(op_type, shapes, types, 1)
+    shape, dtype = _tensor(shapes, 1), types[1]
+    into, source = (formats[0], formats[1]) if len(formats) >= 2 else ("", "")
+    if dtype not in FLOAT_TYPES or not into or not source or into == source:
+        raise MatchError(f"a copy within {dtype or 'one dtype'} from {source or '?'} to {into or '?'} is no cast "
+                         "and no layout conversion")  # fmt: skip
+    return {**_nchw_fields(op_type, shape), "from": dtype, "to": ELEMENT_TYPES[dtype], "into": into}
+
+
+TypedReader = Callable[[str, Sequence[Any], Sequence[str], Sequence[str]], dict[str, Any]]
+
+#: ``shapes`` kinds that read the recorded input dtypes (and memory formats) too: the casts (``aten::_to_copy``'s
+#: input; ``aten::copy_`` from its source, input 1, into its destination's dtype or memory format).
+TYPED_READERS: dict[str, TypedReader] = {
+    "cast": lambda t, s, d, f: _cast(t, s, d, 0),
+    "cast_copy": _copy,
 }

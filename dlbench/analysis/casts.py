@@ -10,17 +10,26 @@ profiled calls to them, so their time leaves the framework share, counted once.
 
 A ``Cast`` operation's ``dtype`` is its input's, its ``to`` the ONNX element type of its output (the torch
 backend's Cast kernel casts from the row's dtype to ``to``). Scalar casts (a 0-dim learning rate or loss
-scale) stay framework time."""
+scale) stay framework time.
+
+A copy within one dtype between two memory formats (a gradient made contiguous for a channels_last weight, an
+input converted) is a layout conversion: a ``Cast`` to its own element type whose ``memory_format`` is the one it
+converts into (the torch backend's Cast kernel then copies from the other format), in pass ``layout``, one per
+shape, dtype and direction: the script's own (a batch converted in the step) and those of framework calls (a
+``flatten`` of NHWC activations copies them to NCHW). One made by the kernel of an operator that is benchmarked
+(``convolution_backward`` converting its weight gradient into the weight's layout; the profile's ``within``) is
+part of that operator and of its benchmark, which runs the same kernel in the same layouts. A copy within one
+format (``.contiguous()`` of a view) stays framework time."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Container, Mapping, Sequence
 from typing import Any
 
 import pandas as pd
 
 from dlbench.analysis.call_fields import json_list
-from dlbench.analysis.predict import MIXED_PRECISION_PASSES
+from dlbench.analysis.predict import LAYOUT_PASS, MIXED_PRECISION_PASSES
 from dlbench.core.costs import operation_cost
 from dlbench.core.descriptors import DESCRIPTORS
 from dlbench.core.dtypes import DTYPE_BYTES, ELEMENT_TYPES, FLOAT_TYPES
@@ -53,11 +62,45 @@ def cast_kind(input_shapes: Any, input_types: Any) -> tuple[tuple[int, ...], str
     return tuple(int(d) for d in shapes[1]), source, to
 
 
-def _operation(op_id: int, op_type: str, params: Mapping[str, Any], count: int, dtype: str) -> Operation:
+def layout_kind(input_shapes: Any, input_types: Any, input_formats: Any) -> tuple[tuple[int, ...], str, str] | None:
+    """(shape, dtype, the format it converts into) of a profiled ``aten::copy_(destination, source)`` within one
+    floating dtype between two memory formats; None for any other copy."""
+    shapes, types, formats = json_list(input_shapes), json_list(input_types), json_list(input_formats)
+    if len(shapes) < 2 or len(types) < 2 or len(formats) < 2 or not isinstance(shapes[1], list) or not shapes[1]:
+        return None
+    if types[0] != types[1] or types[1] not in FLOAT_TYPES or not formats[0] or not formats[1]:
+        return None
+    return (tuple(int(d) for d in shapes[1]), str(types[1]), str(formats[0])) if formats[0] != formats[1] else None
+
+
+def _operation(
+    op_id: int, op_type: str, params: Mapping[str, Any], count: int, dtype: str, memory_format: str = ""
+) -> Operation:
     ordered = tuple((d, params[d]) for d in DESCRIPTORS.get(op_type, list(params)) if d in params)
     flops, moved = operation_cost(op_type, dict(ordered), DTYPE_BYTES.get(dtype, 4))
     return Operation(op_id, op_type, ordered, name=operation_name(op_type, ordered), count=count,
-                     flops=flops or None, bytes_moved=moved or None, dtype=dtype)  # fmt: skip
+                     flops=flops or None, bytes_moved=moved or None, dtype=dtype,
+                     memory_format=memory_format)  # fmt: skip
+
+
+def layout_operations(profile: pd.DataFrame, first_id: int, benchmarked: Container[str]) -> list[tuple[Operation, str]]:
+    """The step's layout conversions with their pass, numbered from ``first_id``: one ``Cast`` per shape, dtype
+    and format converted into, counted as many times per step as it ran (calls rounded to whole ones). A copy
+    made within an operator of ``benchmarked`` (the profiled names the match table gives to operations) is part
+    of that operator and of its benchmark."""
+    kinds: dict[tuple[tuple[int, ...], str, str], float] = {}
+    for row in profile[profile["name"] == CAST_OPERATOR].itertuples(index=False):
+        if getattr(row, "within", "") in benchmarked:
+            continue
+        kind = layout_kind(row.input_shapes, getattr(row, "input_types", "[]"), getattr(row, "input_formats", "[]"))
+        if kind is not None:
+            kinds[kind] = kinds.get(kind, 0.0) + float(row.calls)
+    out: list[tuple[Operation, str]] = []
+    for (shape, dtype, into), calls in kinds.items():
+        if round(calls) >= 1:
+            params = {**dict(zip("NCHW", rank4("Cast", shape), strict=True)), "to": ELEMENT_TYPES[dtype], "mode": 0}
+            out.append((_operation(first_id + len(out), "Cast", params, round(calls), dtype, into), LAYOUT_PASS))
+    return out
 
 
 def amp_operations(
@@ -125,3 +168,11 @@ def _product(shape: Sequence[int]) -> int:
     for d in shape:
         total *= int(d)
     return total
+
+
+def layout_notes(converted: Sequence[tuple[Operation, str]]) -> list[str]:
+    """One note naming the layout conversions made operations (none when the step made none)."""
+    if not converted:
+        return []
+    calls = sum(op.count for op, _ in converted)
+    return [f"layout conversions: {len(converted)} copy kind(s) between memory formats ({calls} per step) as ops"]

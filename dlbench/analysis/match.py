@@ -45,7 +45,7 @@ DEFAULT_TABLE = CONF_DIR / "match" / "default.yaml"
 
 #: A matched row's key: a profiled call kind (``dlbench.training.profile.PROFILE_KEY``; matching reads only
 #: the shapes, so a call fits its operation in whatever dtype and layout it ran).
-MATCH_KEY = ("name", "input_shapes", "input_types", "memory_format")
+MATCH_KEY = ("name", "input_shapes", "input_types", "memory_format", "input_formats", "within")
 
 
 # ------------------------------------------------------------------------------------------- the table
@@ -60,9 +60,11 @@ class OperatorRule:
     passes: tuple[str, ...]
     shapes: str
 
-    def fields(self, op_type: str, shapes: Sequence[Any], types: Sequence[str] = ()) -> dict[str, Any]:
+    def fields(
+        self, op_type: str, shapes: Sequence[Any], types: Sequence[str] = (), formats: Sequence[str] = ()
+    ) -> dict[str, Any]:
         if self.shapes in TYPED_READERS:
-            return TYPED_READERS[self.shapes](op_type, shapes, types)
+            return TYPED_READERS[self.shapes](op_type, shapes, types, formats)
         return SHAPE_READERS[self.shapes](op_type, shapes)
 
     def accepts(self, op_type: str, pass_name: str) -> bool:
@@ -217,6 +219,8 @@ def match_profile(
     of a convolution backward) is split between them in proportion to ``weights`` (e.g. benchmark time x
     occurrences) when every candidate has one, else to their occurrences.
     """
+    from dlbench.training.profile import RAN_AS_EMPTY
+
     by_type: dict[str, list[tuple[Operation, dict[str, Any]]]] = {}
     for op in operations:
         if op.count > 0:
@@ -226,7 +230,7 @@ def match_profile(
     records = []
     for row in profile.itertuples(index=False):
         name, time_us = str(row.name), float(row.time_us)
-        ran_as = {"input_types": getattr(row, "input_types", "[]"), "memory_format": getattr(row, "memory_format", "")}
+        ran_as = {column: getattr(row, column, empty) for column, empty in RAN_AS_EMPTY.items()}
         record = {"name": name, "input_shapes": row.input_shapes, **ran_as, "calls": row.calls, "time_us": time_us}
         rule = table.rules.get(name)
         if rule is None:
@@ -235,7 +239,8 @@ def match_profile(
             reason = "" if framework else "no rule in the match table"
             records.append({**record, "status": status, "category": status, "operations": "", "reason": reason})
             continue
-        candidates, problems = _candidates(rule, row.input_shapes, by_type, passes, ran_as["input_types"])
+        candidates, problems = _candidates(rule, row.input_shapes, by_type, passes, ran_as["input_types"],
+                                           ran_as["input_formats"])  # fmt: skip
         if not candidates:
             records.append({**record, **_unassigned(name, rule, table, by_type, passes, problems)})
             continue
@@ -251,15 +256,20 @@ def match_profile(
 
 
 def _candidates(
-    rule: OperatorRule, input_shapes: Any, by_type: Mapping[str, list], passes: Mapping[int, str], input_types: Any = ()
+    rule: OperatorRule,
+    input_shapes: Any,
+    by_type: Mapping[str, list],
+    passes: Mapping[int, str],
+    input_types: Any = (),
+    input_formats: Any = (),
 ) -> tuple[list[Operation], list[str]]:
     """The operations a profiled call's rule fits (its op types, passes and shapes), and why others did not."""
-    shapes, types = json_list(input_shapes), json_list(input_types)
+    shapes, types, formats = json_list(input_shapes), json_list(input_types), json_list(input_formats)
     candidates: list[Operation] = []
     problems = []
     for op_type in rule.op_types:
         try:
-            fields = rule.fields(op_type, shapes, types)
+            fields = rule.fields(op_type, shapes, types, formats)
         except (MatchError, IndexError, TypeError, ValueError) as err:
             problems.append(f"{op_type}: shapes {input_shapes} do not read as {rule.shapes}: {err}")
             continue

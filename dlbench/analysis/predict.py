@@ -103,9 +103,13 @@ OPERATOR_TERMS = {
     "optimizer": "optimizer: each optimizer's step as it ran, with zero_grad in place and gradient clipping",
     # mixed precision as the script ran it (dlbench.analysis.casts)
     "mixed_precision": "mixed precision: autocast's casts and GradScaler's unscale and scale update, as profiled",
+    # the copies between memory formats the step made (dlbench.analysis.casts)
+    "layout": "layout conversions: each copy between contiguous and channels_last the step made, as profiled",
 }
 #: The passes of the mixed-precision term (``dlbench.analysis.casts``: CAST_PASS, SCALER_PASS).
 MIXED_PRECISION_PASSES = ("autocast", "grad_scaler")
+#: the pass of a layout conversion (a copy within one dtype between memory formats)
+LAYOUT_PASS = "layout"
 
 
 @dataclass(frozen=True)
@@ -308,4 +312,6 @@ def _pass_group(pass_name: str) -> str:
         return "loss"
     if pass_name == OPTIMIZER_PASS:
         return "optimizer"
+    if pass_name == LAYOUT_PASS:
+        return "layout"
     return "mixed_precision" if pass_name in MIXED_PRECISION_PASSES else "backward"

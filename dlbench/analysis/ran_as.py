@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from dlbench.analysis.call_fields import json_list
-from dlbench.analysis.casts import amp_notes, amp_operations
+from dlbench.analysis.casts import amp_notes, amp_operations, layout_notes, layout_operations
 from dlbench.analysis.match import MatchTable, match_profile
 from dlbench.core.autocast import autocast_dtype
 from dlbench.core.costs import operation_cost
@@ -77,6 +77,7 @@ def operations_as_ran(
             dtype = autocast_dtype(op.op_type, amp, device) or ""
             source = "autocast" if dtype else source
         dtype = dtype or sweep_dtype
+        layout = op.memory_format if op.dtype else layout  # a cast or conversion made from the profile keeps its own
         rows.append((op.id, op.op_type, passes.get(op.id, "forward"), dtype, layout or "contiguous",
                      source or "sweep", round(time_us, 3)))  # fmt: skip
         if op.dtype:
@@ -100,10 +101,12 @@ def step_as_ran(
     first_id = max((op.id for op in step.operations), default=-1) + 1
     optimizers = facts.get("optimizers") if isinstance(facts.get("optimizers"), list) else None
     added = amp_operations(profile, optimizers, first_id)  # the casts and GradScaler's work, as they ran
+    converted = layout_operations(profile, first_id + len(added), table.rules)  # copies between memory formats
+    added = [*added, *converted]
     operations = (*step.operations, *(op for op, _ in added))
     passes = {**step.passes, **{op.id: pass_name for op, pass_name in added}}
     ran = operations_as_ran(operations, passes, profile, table, amp=amp, sweep_dtype=sweep_dtype, device=device)
-    notes = (*step.notes, *ran.notes, *amp_notes(added))
+    notes = (*step.notes, *ran.notes, *amp_notes(added[: len(added) - len(converted)]), *layout_notes(converted))
     return replace(step, operations=ran.operations, passes=passes, notes=notes), ran.table
 
 

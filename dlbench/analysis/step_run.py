@@ -71,6 +71,8 @@ def batch_profiles(profile_dir: str | Path, time_column: str = "self_cpu_us") ->
                        "input_shapes": str(first["input_shapes"]) if first is not None else "[]",
                        "input_types": str(first["input_types"]) if first is not None else "[]",
                        "memory_format": str(first["memory_format"]) if first is not None else "",
+                       "input_formats": str(first["input_formats"]) if first is not None else "[]",
+                       "within": str(first["within"]) if first is not None else "",
                        time_column: float(group[time_column].sum())})  # fmt: skip
     rows = pd.concat([rows[[*key, "calls", time_column]], pd.DataFrame(ranges)])
     return rows, folded
@@ -78,8 +80,8 @@ def batch_profiles(profile_dir: str | Path, time_column: str = "self_cpu_us") ->
 
 def _per_step_folded(folded: pd.DataFrame, time_column: str) -> pd.DataFrame:
     if folded.empty:
-        return pd.DataFrame(columns=["folded", "name", "input_shapes", "input_types", "memory_format", "calls",
-                                     "time_us"])  # fmt: skip
+        return pd.DataFrame(columns=["folded", "name", "input_shapes", "input_types", "memory_format", "input_formats",
+                                     "within", "calls", "time_us"])  # fmt: skip
     out = []
     for range_name, group in folded.groupby("folded", sort=False):
         step = profile_from_batches(group, time_column)

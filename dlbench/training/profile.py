@@ -11,19 +11,33 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dlbench.training.trace import DEVICE, OPERATOR, RUNTIME, TraceEvent, input_dtypes, memory_format
+from dlbench.training.trace import DEVICE, OPERATOR, RUNTIME, TraceEvent, input_dtypes, input_formats, memory_format
 
 #: Columns of a per-batch operator table; times in microseconds.
 TIME_COLUMNS = ("self_cpu_us", "cpu_total_us", "self_device_us", "device_total_us", "host_us")
 
 
 #: ``input_types``: each input's dtype (JSON, ``""`` for a non-tensor); ``memory_format``: ``channels_last`` when
-#: an input of rank 4 or 5 was laid out so, else ``contiguous`` (:mod:`dlbench.training.trace`). A profile
-#: written before they were recorded reads with both empty.
-PROFILE_COLUMNS = ("batch", "name", "input_shapes", "calls", *TIME_COLUMNS, "kernels", "input_types", "memory_format")
+#: an input of rank 4 or 5 was laid out so, else ``contiguous``; ``input_formats``: each input's (JSON, ``""`` for
+#: no image tensor), which tells a layout conversion (:mod:`dlbench.training.trace`); ``within``: for a copy
+#: (:data:`COPIES`), the operator whose kernel made it (``""`` at the top: the script's or autograd's own). A
+#: profile written before they were recorded reads with them empty.
+PROFILE_COLUMNS = (
+    "batch", "name", "input_shapes", "calls", *TIME_COLUMNS, "kernels", "input_types", "memory_format",
+    "input_formats", "within",
+)  # fmt: skip
 
-#: What tells two profiled calls apart: the operator, its inputs' shapes, dtypes and memory format.
-PROFILE_KEY = ("name", "input_shapes", "input_types", "memory_format")
+#: What tells two profiled calls apart: the operator, its inputs' shapes, dtypes and memory formats, and for a
+#: copy the operator it ran within.
+PROFILE_KEY = ("name", "input_shapes", "input_types", "memory_format", "input_formats", "within")
+
+#: How the key's columns after the shapes read where a profile did not record them.
+RAN_AS_EMPTY = {"input_types": "[]", "memory_format": "", "input_formats": "[]", "within": ""}
+
+#: The copies and the conversions that make them: ``within`` names the innermost enclosing operator that is not
+#: one of these (``convolution_backward``'s conversion of its weight gradient into the weight's layout is part
+#: of that operator, and of its benchmark).
+COPIES = frozenset({"aten::copy_", "aten::to", "aten::_to_copy", "aten::contiguous", "aten::clone"})
 
 
 BATCH_COLUMNS = ("step", "batch", "wall_s", "profiled", "minor_faults")
@@ -38,7 +52,7 @@ SUMMARY_FILE = "summary_ops.csv"
 BATCHES_FILE = "batches.csv"
 
 
-TEXT_COLUMNS = ("name", "input_shapes", "input_types", "memory_format")
+TEXT_COLUMNS = ("name", "input_shapes", "input_types", "memory_format", "input_formats", "within")
 
 
 def batch_ops_file(batch_idx: int) -> str:
@@ -127,10 +141,10 @@ def operator_table(events: list[TraceEvent], batch_idx: int) -> list[tuple[Any, 
             if n.event.kind == RUNTIME and n.parent.event.kind == OPERATOR:
                 n.parent.host += n.host
                 n.host = 0
-    table: dict[tuple[str, str, str, str], list[float]] = {}
+    table: dict[tuple[str, ...], list[float]] = {}
     for n in nodes:
         e = n.event
-        acc = table.setdefault(_key(e), [0] * 7)
+        acc = table.setdefault(_key(n), [0] * 7)
         acc[0] += 1
         acc[1] += e.duration - n.child_cpu
         acc[2] += e.duration
@@ -139,20 +153,32 @@ def operator_table(events: list[TraceEvent], batch_idx: int) -> list[tuple[Any, 
         acc[5] += n.host
         acc[6] += n.kernels
     for name, (count, duration) in unlaunched.items():
-        table[(UNLAUNCHED + name, "[]", "[]", "")] = [count, 0, 0, duration, duration, 0, count]
+        table[(UNLAUNCHED + name, "[]", "[]", "", "[]", "")] = [count, 0, 0, duration, duration, 0, count]
     return [
-        (batch_idx, name, shapes, calls, *(round(ns / 1e3, 3) for ns in times), kernels, types, layout)
-        for (name, shapes, types, layout), (calls, *times, kernels) in table.items()
+        (batch_idx, name, shapes, calls, *(round(ns / 1e3, 3) for ns in times), kernels, *ran_as)
+        for (name, shapes, *ran_as), (calls, *times, kernels) in table.items()
     ]
 
 
-def _key(event: TraceEvent) -> tuple[str, str, str, str]:
-    """An event's :data:`PROFILE_KEY` (a runtime call has no inputs: empty types and format)."""
-    shapes = _plain(event.shapes)
+def _key(node: _Node) -> tuple[str, str, str, str, str, str]:
+    """A call's :data:`PROFILE_KEY` (a runtime call has no inputs: empty types and formats)."""
+    event = node.event
+    shapes = json.dumps(_plain(event.shapes), separators=(",", ":"))
     if event.kind != OPERATOR:
-        return event.name, json.dumps(shapes, separators=(",", ":")), "[]", ""
+        return event.name, shapes, "[]", "", "[]", ""
     types = json.dumps(input_dtypes(event.types), separators=(",", ":"))
-    return event.name, json.dumps(shapes, separators=(",", ":")), types, memory_format(event.shapes, event.strides)
+    formats = json.dumps(input_formats(event.shapes, event.strides), separators=(",", ":"))
+    return event.name, shapes, types, memory_format(event.shapes, event.strides), formats, _within(node)
+
+
+def _within(node: _Node) -> str:
+    """For a copy (:data:`COPIES`), the innermost operator around it that is not one; ``""`` otherwise."""
+    if node.event.name not in COPIES:
+        return ""
+    parent = node.parent
+    while parent is not None and parent.event.kind == OPERATOR and parent.event.name in COPIES:
+        parent = parent.parent
+    return parent.event.name if parent is not None and parent.event.kind == OPERATOR else ""
 
 
 def _plain(shapes: Any) -> Any:
@@ -160,7 +186,7 @@ def _plain(shapes: Any) -> Any:
 
 
 def summary_columns() -> tuple[str, ...]:
-    columns = ["name", "input_shapes", "input_types", "memory_format", "batches", "calls"]
+    columns = [*PROFILE_KEY, "batches", "calls"]
     for time_column in TIME_COLUMNS:
         columns.extend(f"{time_column}_{stat}" for stat in SUMMARY_STATS)
     return tuple(columns)
@@ -172,7 +198,7 @@ def summarize(profiled: list[ProfiledBatch]) -> list[tuple[Any, ...]]:
     by_key: dict[tuple[str, ...], list[tuple[Any, ...]]] = {}
     for batch in profiled:
         for row in batch.rows:
-            by_key.setdefault((row[1], row[2], row[-2], row[-1]), []).append(row)
+            by_key.setdefault((row[1], row[2], *row[-4:]), []).append(row)
     out = []
     for key, rows in by_key.items():
         record: list[Any] = [*key, len(rows), statistics.median(r[3] for r in rows)]
@@ -188,7 +214,8 @@ def summarize(profiled: list[ProfiledBatch]) -> list[tuple[Any, ...]]:
                 ]
             )
         out.append(tuple(record))
-    out.sort(key=lambda r: -r[6])  # by mean self CPU time, the costly operators first
+    mean_self = summary_columns().index("self_cpu_us_mean")
+    out.sort(key=lambda r: -r[mean_self])  # the costly operators first
     return out
 
 
@@ -264,7 +291,7 @@ def read_profile(path: str | os.PathLike[str]) -> Any:
 def with_profile_key(frame: Any) -> Any:
     """``frame`` with every :data:`PROFILE_KEY` column, a missing one filled as an older profile means it (no
     dtypes recorded: ``[]``; no memory format: ``""``)."""
-    for column, empty in (("input_types", "[]"), ("memory_format", "")):
+    for column, empty in RAN_AS_EMPTY.items():
         if column not in frame.columns:
             frame = frame.assign(**{column: empty})
         else:

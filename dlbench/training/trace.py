@@ -200,13 +200,25 @@ def memory_format(shapes: Any, strides: Any) -> str:
     """``channels_last`` when an input of rank 4 or 5 is laid out channels-last (and not also contiguous, as a
     tensor with one channel or one pixel is), else ``contiguous``. Dimensions of size 1 do not count, as in
     ``Tensor.is_contiguous(memory_format=...)``."""
-    for shape, stride in zip(shapes or (), strides or (), strict=False):
+    return CHANNELS_LAST if CHANNELS_LAST in input_formats(shapes, strides) else CONTIGUOUS
+
+
+def input_formats(shapes: Any, strides: Any) -> list[str]:
+    """Each input's memory format: ``channels_last`` or ``contiguous`` for a tensor of rank 4 or 5 laid out
+    densely so (one that is both, as a tensor with one channel is, reads ``contiguous``), ``""`` for anything
+    else (another rank, a strided view, no tensor). A copy between two formats is a layout conversion."""
+    out = []
+    for i, shape in enumerate(shapes or ()):
+        stride = (strides or ())[i] if i < len(strides or ()) else None
         if not isinstance(shape, list | tuple) or len(shape) not in (4, 5) or len(stride or ()) != len(shape):
-            continue
-        order = [0, *range(2, len(shape)), 1]  # N, spatial..., C: the channels-last order, outermost first
-        if _dense(shape, stride, order) and not _dense(shape, stride, list(range(len(shape)))):
-            return CHANNELS_LAST
-    return CONTIGUOUS
+            out.append("")
+        elif _dense(shape, stride, list(range(len(shape)))):
+            out.append(CONTIGUOUS)
+        elif _dense(shape, stride, [0, *range(2, len(shape)), 1]):  # N, spatial..., C: outermost first
+            out.append(CHANNELS_LAST)
+        else:
+            out.append("")
+    return out
 
 
 def _dense(shape: Any, stride: Any, order: list[int]) -> bool:

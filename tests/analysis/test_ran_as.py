@@ -18,6 +18,7 @@ from dlbench.analysis.match import load_table, match_profile
 from dlbench.analysis.ran_as import EMULATED, call_dtype, emulation_notes, step_as_ran
 from dlbench.analysis.step_run import read_step_profile, step_run
 from dlbench.backends.torch.kernels import KERNELS
+from dlbench.backends.torch.params import MEMORY_FORMATS, laid_out_as
 from dlbench.training.instrument import ProfileSession, ProfileSettings
 
 
@@ -42,9 +43,10 @@ class Evaluated(NamedTuple):
     unfolding: Any
 
 
-def evaluated_step(tmp_path: Path, amp: str, channels_last: bool) -> Evaluated:
-    """Train TinyNet for two steps (the second profiled) as a script would (fp16 with a GradScaler), export it,
-    and make its training step as the evaluation does (:class:`Evaluated`)."""
+def evaluated_step(tmp_path: Path, amp: str, channels_last: bool, convert_batches: bool = False) -> Evaluated:
+    """Train TinyNet for two steps (the second profiled) as a script would (fp16 with a GradScaler; with
+    ``convert_batches``, each NCHW batch converted to channels_last in the step), export it, and make its training
+    step as the evaluation does (:class:`Evaluated`)."""
     from dlbench.onnx.extract import extract_operations
     from dlbench.onnx.opdb import deduplicate
     from dlbench.onnx.step import graph_facts, training_step
@@ -54,7 +56,7 @@ def evaluated_step(tmp_path: Path, amp: str, channels_last: bool) -> Evaluated:
     torch.manual_seed(0)
     model, x, y = TinyNet(), torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,))
     layout = torch.channels_last if channels_last else torch.contiguous_format
-    model, x = model.to(memory_format=layout), x.contiguous(memory_format=layout)
+    model, x = model.to(memory_format=layout), x if convert_batches else x.contiguous(memory_format=layout)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
     lower = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(amp)
     scaler = torch.amp.GradScaler("cpu") if amp == "fp16" else None
@@ -62,8 +64,9 @@ def evaluated_step(tmp_path: Path, amp: str, channels_last: bool) -> Evaluated:
     for step in range(2):
         with session.batch(step):
             optimizer.zero_grad(set_to_none=True)
+            batch = x.to(memory_format=layout) if convert_batches else x
             with torch.autocast("cpu", dtype=lower or torch.float32, enabled=lower is not None):
-                loss = nn.functional.cross_entropy(model(x), y)
+                loss = nn.functional.cross_entropy(model(batch), y)
             if scaler is None:
                 loss.backward()
                 optimizer.step()
@@ -74,7 +77,7 @@ def evaluated_step(tmp_path: Path, amp: str, channels_last: bool) -> Evaluated:
     session.finish()
     onnx_path = tmp_path / "tiny.onnx"
     model.eval()
-    torch.onnx.export(model, (x,), str(onnx_path), opset_version=17, dynamo=False,
+    torch.onnx.export(model, (x.contiguous(memory_format=layout),), str(onnx_path), opset_version=17, dynamo=False,
                       training=torch.onnx.TrainingMode.PRESERVE, do_constant_folding=False)  # fmt: skip
     facts = json.loads((tmp_path / "profile" / "run_facts.json").read_text())
     extraction = extract_operations(onnx_path, 4, training=True)
@@ -120,7 +123,9 @@ def test_a_bfloat16_channels_last_step_is_benchmarked_as_it_ran(tmp_path: Path):
     assert casts[(8 * 3 * 3 * 3, "bfloat16", 1)] == 1 and casts[(10 * 512, "bfloat16", 1)] == 1
     result = match_profile(profile, ran.operations, ran.passes, load_table())
     copies = result.rows[result.rows["name"] == "aten::copy_"]
-    assert set(copies.loc[copies["status"] == "matched", "category"]) == {"Cast/autocast"}
+    assert set(copies.loc[copies["status"] == "matched", "category"]) == {"Cast/autocast", "Cast/layout"}
+    # the one copy within bfloat16: flatten's of the NHWC activations to NCHW, a layout conversion
+    assert set(copies.loc[copies["category"] == "Cast/layout", "within"]) == {"aten::flatten"}
     cast_ids = {op.id for op in ran.operations if op.op_type == "Cast"}
     assert all(result.assigned_us.get(i, 0) > 0 for i in cast_ids)
 
@@ -144,6 +149,32 @@ def test_a_float16_step_with_a_grad_scaler_has_its_unscale_and_update(tmp_path: 
     assert set(scalar["category"]) == {"Mul/grad_scaler"} and result.assigned_us[scaling.id] > 0
     kernel = KERNELS["Mul"](scaling.param_dict, torch.device("cpu"), torch.float32)  # it is benchmarked
     assert torch.equal(kernel(), kernel.inputs[0] * kernel.inputs[1])
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_the_scripts_layout_conversions_are_operations_and_a_kernels_own_are_not(tmp_path: Path):
+    _, ran, table, profile, *_ = evaluated_step(tmp_path, "none", channels_last=True, convert_batches=True)
+    conversions = {(tuple(op.param_dict[d] for d in "NCHW"), op.dtype, op.memory_format): op.count
+                   for op in ran.operations if ran.pass_of(op.id) == "layout"}  # fmt: skip
+    # the script converts each NCHW batch into channels_last, and flatten (a framework call, no benchmark of its
+    # own) copies the NHWC activations to NCHW: one conversion each per step
+    assert conversions == {((4, 3, 8, 8), "float32", "channels_last"): 1, ((4, 8, 8, 8), "float32", "contiguous"): 1}
+    ids = {op.memory_format: op.id for op in ran.operations if ran.pass_of(op.id) == "layout"}
+    assert {dict(zip(table["id"], table["memory_format"], strict=True))[i] for i in ids.values()} == set(ids)
+    result = match_profile(profile, ran.operations, ran.passes, load_table())
+    assert all(result.assigned_us.get(i, 0) > 0 for i in ids.values())
+    copies = result.rows[result.rows["name"] == "aten::copy_"]
+    converted = copies[copies["category"] == "Cast/layout"]
+    assert set(converted["within"]) == {"", "aten::flatten"}
+    # a copy convolution_backward's kernel makes (its weight gradient into the weight's layout, on this PyTorch)
+    # is the Conv operation's, timed by its benchmark: never a layout operation
+    assert "aten::convolution_backward" not in set(converted["within"])
+    for op in ran.operations:
+        if ran.pass_of(op.id) == "layout":  # benchmarked as it ran: from the other format into its own
+            with laid_out_as(op.memory_format):
+                timed = KERNELS["Cast"](op.param_dict, torch.device("cpu"), torch.float32)
+            assert not timed.inputs[0].is_contiguous(memory_format=MEMORY_FORMATS[op.memory_format])
+            assert timed().is_contiguous(memory_format=MEMORY_FORMATS[op.memory_format])
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")

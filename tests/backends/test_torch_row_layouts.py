@@ -117,3 +117,18 @@ def test_the_memory_guard_sizes_a_row_at_its_own_dtype() -> None:
         for dtype in (torch.bfloat16, torch.float32, torch.float64)
     }
     assert needs == {torch.bfloat16: "needs 2.0 MiB", torch.float32: "needs 4.0 MiB", torch.float64: "needs 8.0 MiB"}
+
+
+@pytest.mark.parametrize("into", ["channels_last", "contiguous"])
+def test_a_cast_within_its_dtype_copies_from_the_other_layout_into_the_rows(into: str) -> None:
+    # a layout conversion (a step's aten::copy_ between NCHW and NHWC): the source in the format the row's is not
+    other = torch.contiguous_format if into == "channels_last" else NHWC
+    target = NHWC if into == "channels_last" else torch.contiguous_format
+    with laid_out_as(into):
+        timed = KERNELS["Cast"]({**IMAGE, "to": 1, "mode": 0}, CPU, torch.float32)
+    (source,) = timed.inputs
+    assert source.is_contiguous(memory_format=other) and not source.is_contiguous(memory_format=target)
+    got = timed()
+    assert got.dtype == torch.float32 and got.is_contiguous(memory_format=target)
+    assert got.data_ptr() != source.data_ptr()
+    torch.testing.assert_close(got, source)

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from dlbench.training.profile import PROFILE_COLUMNS, operator_table
-from dlbench.training.trace import kineto_events, memory_format, read_trace
+from dlbench.training.trace import input_formats, kineto_events, memory_format, read_trace
 
 COLUMN = {name: i for i, name in enumerate(PROFILE_COLUMNS)}
 
@@ -70,3 +70,33 @@ def test_memory_format_agrees_with_torch(shape, layout):
         "channels_last" if tensor.is_contiguous(memory_format=cl) and not tensor.is_contiguous() else "contiguous"
     )
     assert memory_format([list(tensor.shape)], [list(tensor.stride())]) == expected
+
+
+@pytest.mark.parametrize("layout", ["contiguous", "channels_last", "transposed"])
+def test_each_inputs_format_agrees_with_torch(layout):
+    image = torch.empty(2, 3, 5, 4)
+    if layout == "channels_last":
+        image = image.contiguous(memory_format=torch.channels_last)
+    elif layout == "transposed":
+        image = image.transpose(2, 3)
+    matrix, inputs = torch.empty(3, 4), None
+    inputs = (image, matrix, torch.empty(2, 3, 5, 4))
+    expected = [
+        "channels_last" if image.is_contiguous(memory_format=torch.channels_last) and not image.is_contiguous()
+        else "contiguous" if image.is_contiguous() else "",
+        "",
+        "contiguous",
+    ]  # fmt: skip
+    got = input_formats([list(t.shape) for t in inputs] + [[]], [list(t.stride()) for t in inputs] + [[]])
+    assert got == [*expected, ""]
+
+
+def test_a_copy_between_layouts_records_each_inputs_format():
+    from torch.profiler import ProfilerActivity, profile
+
+    nchw = torch.randn(2, 3, 5, 4)
+    nhwc = torch.empty_like(nchw, memory_format=torch.channels_last)
+    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as profiler:
+        nhwc.copy_(nchw)
+    (row,) = [r for r in operator_table(kineto_events(profiler), 0) if r[COLUMN["name"]] == "aten::copy_"]
+    assert json.loads(row[COLUMN["input_formats"]])[:2] == ["channels_last", "contiguous"]

@@ -66,6 +66,17 @@ def in_layout(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.contiguous(memory_format=_LAYOUT.get()) if tensor.dim() == 4 else tensor
 
 
+def row_layout() -> torch.memory_format:
+    """The memory format of the row being built (:func:`laid_out_as`); read it while building, not when timed."""
+    return _LAYOUT.get()
+
+
+def other_layout(tensor: torch.Tensor) -> torch.Tensor:
+    """A 4-D ``tensor`` in the memory format the row's is not: the source of a layout conversion into the row's."""
+    other = torch.contiguous_format if _LAYOUT.get() == torch.channels_last else torch.channels_last
+    return tensor.contiguous(memory_format=other)
+
+
 def randn(shape: tuple[int, ...], device: torch.device, dtype: torch.dtype, grad: bool = False) -> torch.Tensor:
     return in_layout(torch.randn(shape, device=device, dtype=dtype)).requires_grad_(grad)
 

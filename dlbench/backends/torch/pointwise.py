@@ -20,6 +20,8 @@ from dlbench.backends.torch.params import (
     in_layout,
     integer,
     mode_of,
+    other_layout,
+    row_layout,
 )
 from dlbench.core.dtypes import ELEMENT_TYPE_NAMES
 
@@ -83,9 +85,18 @@ def torch_dtype(onnx_type: int) -> torch.dtype:
 
 
 def cast(p: dict[str, float], device: torch.device, dtype: torch.dtype) -> Pass:
-    """From the run's dtype to ``to``; the backward casts the gradient back (float targets only)."""
+    """From the run's dtype to ``to``; the backward casts the gradient back (float targets only). A Cast to the
+    row's own dtype is a layout conversion: a 4-D tensor copied from the other memory format into the row's
+    (``aten::copy_`` between contiguous and channels_last, as a step makes a gradient match its weight)."""
     (shape,) = glue("Cast", p).inputs
     target, mode = torch_dtype(integer(p, "to", 1)), mode_of(p)
+    if target == dtype:
+        if len(shape) != 4:
+            raise UnsupportedRow(f"a Cast within {dtype} converts a 4-D tensor's layout, not one of rank {len(shape)}")
+        source, into = other_layout(torch.randn(shape, device=device, dtype=dtype)), row_layout()
+        if mode == 0:
+            return Pass(lambda: source.contiguous(memory_format=into), (source,))
+        return autograd_pass(lambda t: t.contiguous(memory_format=into), [source], [0])
     x = torch.randn(shape, device=device, dtype=dtype)
     if mode == 0:
         return Pass(lambda: x.to(target), (x,))
