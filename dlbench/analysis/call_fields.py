@@ -9,7 +9,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from dlbench.core.dtypes import ELEMENT_TYPES, FLOAT_TYPES
+from dlbench.core.dtypes import ELEMENT_TYPES, FLOAT_TYPES, MEMORY_FORMATS
 from dlbench.core.shapes import Shape, rank4, rank4_spatial
 from dlbench.core.values import Operation
 
@@ -133,7 +133,7 @@ def _copy(op_type: str, shapes: Sequence[Any], types: Sequence[str], formats: Se
         return _cast(op_type, shapes, types, 1)
     shape, dtype = _tensor(shapes, 1), types[1]
     into, source = (formats[0], formats[1]) if len(formats) >= 2 else ("", "")
-    if dtype not in FLOAT_TYPES or not into or not source or into == source:
+    if dtype not in FLOAT_TYPES or not {into, source} <= set(MEMORY_FORMATS) or into == source:
         raise MatchError(f"a copy within {dtype or 'one dtype'} from {source or '?'} to {into or '?'} is no cast "
                          "and no layout conversion")  # fmt: skip
     return {**_nchw_fields(op_type, shape), "from": dtype, "to": ELEMENT_TYPES[dtype], "into": into}

@@ -20,7 +20,8 @@ import pandas as pd
 
 from dlbench.analysis.call_fields import json_list
 from dlbench.analysis.casts import amp_notes, amp_operations, layout_notes, layout_operations
-from dlbench.analysis.match import MatchTable, match_profile
+from dlbench.analysis.match import MatchResult, MatchTable, match_profile
+from dlbench.analysis.ran_as_gemm import as_ran, describe, gemm_orientations
 from dlbench.core.autocast import autocast_dtype
 from dlbench.core.costs import operation_cost
 from dlbench.core.dtypes import DTYPE_BYTES, FLOAT_TYPES
@@ -28,7 +29,7 @@ from dlbench.core.values import Operation
 from dlbench.onnx.step import TrainingStep
 
 #: Columns of ``ran_as.csv``: per operation, what it is benchmarked in and where that came from.
-RAN_AS_COLUMNS = ("id", "op_type", "pass", "dtype", "memory_format", "source", "profiled_us")
+RAN_AS_COLUMNS = ("id", "op_type", "pass", "dtype", "memory_format", "source", "profiled_us", "gemm")
 
 
 def call_dtype(input_shapes: Any, input_types: Any) -> str:
@@ -66,7 +67,9 @@ def operations_as_ran(
 ) -> RanAs:
     """Decide each operation's dtype and memory format from the profile (:func:`ran_in`), with autocast's
     rule for what no profiled call ran; bytes moved follow each operation's dtype."""
-    seen = ran_in(operations, passes, profile, table, amp=amp, device=device)
+    matched = match_profile(profile, operations, passes, table)
+    seen = ran_in(operations, passes, profile, table, amp=amp, device=device, matched=matched)
+    orientations = gemm_orientations(operations, matched, table)
     out, rows = [], []
     for op in operations:
         dtype, layout, time_us = seen.get(op.id, ("", "", 0.0))
@@ -79,12 +82,12 @@ def operations_as_ran(
         dtype = dtype or sweep_dtype
         layout = op.memory_format if op.dtype else layout  # a cast or conversion made from the profile keeps its own
         rows.append((op.id, op.op_type, passes.get(op.id, "forward"), dtype, layout or "contiguous",
-                     source or "sweep", round(time_us, 3)))  # fmt: skip
+                     source or "sweep", round(time_us, 3), describe(orientations, op.id)))  # fmt: skip
         if op.dtype:
             out.append(op)
             continue
-        out.append(_as_ran(op, "" if dtype == sweep_dtype else dtype, "" if layout == "contiguous" else layout,
-                           sweep_dtype))  # fmt: skip
+        ran = _as_ran(op, "" if dtype == sweep_dtype else dtype, "" if layout == "contiguous" else layout, sweep_dtype)
+        out.append(as_ran(ran, orientations[op.id]) if op.id in orientations else ran)
     frame = pd.DataFrame(rows, columns=list(RAN_AS_COLUMNS))
     return RanAs(tuple(out), frame, tuple(emulation_notes(frame, sweep_dtype, device)))
 
@@ -118,13 +121,14 @@ def ran_in(
     *,
     amp: str = "none",
     device: str = "cpu",
+    matched: MatchResult | None = None,
 ) -> dict[int, tuple[str, str, float]]:
     """Operation id -> (dtype, memory format, profiled time per step) of the calls matched to it: the pair
     that took the most of its time. The match reads shapes (a cast's dtypes too), so every call finds its
     operation whatever it ran in. Under autocast an op on its lists is recorded twice, once as called (the
     caller's dtype) and once re-dispatched after the cast: where both are there, only the call in autocast's
     dtype computed (:func:`_autocast_wrappers`), whatever their times."""
-    matched = match_profile(profile, operations, passes, table)
+    matched = matched or match_profile(profile, operations, passes, table)
     calls: dict[int, list[tuple[str, tuple[str, str], float]]] = {}
     rows = matched.rows
     for index, op_id, time_us in matched.assignments:

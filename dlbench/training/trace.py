@@ -189,6 +189,8 @@ PROFILER_DTYPES = {
 }  # fmt: skip
 
 CONTIGUOUS, CHANNELS_LAST = "contiguous", "channels_last"
+#: a matrix (rank 2 or 3) whose last two dimensions are laid out column-major: a transposed view (``w.t()``)
+TRANSPOSED = "transposed"
 
 
 def input_dtypes(types: Any) -> list[str]:
@@ -205,12 +207,18 @@ def memory_format(shapes: Any, strides: Any) -> str:
 
 def input_formats(shapes: Any, strides: Any) -> list[str]:
     """Each input's memory format: ``channels_last`` or ``contiguous`` for a tensor of rank 4 or 5 laid out
-    densely so (one that is both, as a tensor with one channel is, reads ``contiguous``), ``""`` for anything
-    else (another rank, a strided view, no tensor). A copy between two formats is a layout conversion."""
+    densely so (one that is both, as a tensor with one channel is, reads ``contiguous``); ``transposed`` for a
+    matrix of rank 2 or 3 whose last two dimensions are column-major and not also row-major (a GEMM's operand
+    transposed); ``""`` for anything else (another rank or layout, a strided view, no tensor). A copy between
+    two image formats is a layout conversion."""
     out = []
     for i, shape in enumerate(shapes or ()):
         stride = (strides or ())[i] if i < len(strides or ()) else None
-        if not isinstance(shape, list | tuple) or len(shape) not in (4, 5) or len(stride or ()) != len(shape):
+        if not isinstance(shape, list | tuple) or len(stride or ()) != len(shape):
+            out.append("")
+        elif len(shape) in (2, 3):
+            out.append(TRANSPOSED if _transposed(shape, stride) else "")
+        elif len(shape) not in (4, 5):
             out.append("")
         elif _dense(shape, stride, list(range(len(shape)))):
             out.append(CONTIGUOUS)
@@ -219,6 +227,14 @@ def input_formats(shapes: Any, strides: Any) -> list[str]:
         else:
             out.append("")
     return out
+
+
+def _transposed(shape: Any, stride: Any) -> bool:
+    """Whether a matrix's last two dimensions are dense column-major and not also row-major."""
+    last = [len(shape) - 2, len(shape) - 1]
+    rows, columns = [int(shape[d]) for d in last]
+    column_major = (rows == 1 or int(stride[last[0]]) == 1) and (columns == 1 or int(stride[last[1]]) == rows)
+    return column_major and not _dense([rows, columns], [int(stride[d]) for d in last], [0, 1])
 
 
 def _dense(shape: Any, stride: Any, order: list[int]) -> bool:

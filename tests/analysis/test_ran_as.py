@@ -43,7 +43,10 @@ class Evaluated(NamedTuple):
     unfolding: Any
 
 
-def evaluated_step(tmp_path: Path, amp: str, channels_last: bool, convert_batches: bool = False) -> Evaluated:
+def evaluated_step(
+    tmp_path: Path, amp: str, channels_last: bool, convert_batches: bool = False, net: type[nn.Module] | None = None,
+    input_shape: tuple[int, ...] = (4, 3, 8, 8),
+) -> Evaluated:  # fmt: skip
     """Train TinyNet for two steps (the second profiled) as a script would (fp16 with a GradScaler; with
     ``convert_batches``, each NCHW batch converted to channels_last in the step), export it, and make its training
     step as the evaluation does (:class:`Evaluated`)."""
@@ -54,7 +57,7 @@ def evaluated_step(tmp_path: Path, amp: str, channels_last: bool, convert_batche
     from dlbench.onnx.unfold import unfold_operations
 
     torch.manual_seed(0)
-    model, x, y = TinyNet(), torch.randn(4, 3, 8, 8), torch.randint(0, 10, (4,))
+    model, x, y = (net or TinyNet)(), torch.randn(*input_shape), torch.randint(0, 10, (input_shape[0],))
     layout = torch.channels_last if channels_last else torch.contiguous_format
     model, x = model.to(memory_format=layout), x if convert_batches else x.contiguous(memory_format=layout)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
