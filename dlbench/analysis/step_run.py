@@ -97,19 +97,28 @@ def _shapes(text: Any) -> list[Any]:
     return shapes if isinstance(shapes, list) else []
 
 
+def _calls_by_shapes(profile: pd.DataFrame, name: str) -> dict[str, int]:
+    """Calls per step of operator ``name`` per input shapes. Calls of one shape recorded in several dtypes are
+    one loss, counted once (the most calls): autocast records a loss on its float32 list as called, on the
+    lower-precision logits, and again re-dispatched on their float32 cast, nested in the first."""
+    out: dict[str, int] = {}
+    for row in profile[profile["name"] == name].itertuples(index=False):
+        key = str(row.input_shapes)
+        out[key] = max(out.get(key, 0), int(round(float(row.calls))))
+    return out
+
+
 def profiled_losses(profile: pd.DataFrame) -> tuple[LossRun, ...]:
     """The losses of a per-step profile: for each loss operator, its input shape and calls per step. Cross
     entropy's own nll_loss is not a second loss; a loss over a spatial input (rank above 2 for the class
     losses) is named, not costed."""
     out = []
-    cross_entropy = profile[profile["name"] == "aten::cross_entropy_loss"]
+    cross_entropy = _calls_by_shapes(profile, "aten::cross_entropy_loss")
     for name, (op_type, reading) in LOSSES.items():
-        for row in profile[profile["name"] == name].itertuples(index=False):
-            calls = int(round(float(row.calls)))
-            shapes = _shapes(row.input_shapes)
+        for input_shapes, calls in _calls_by_shapes(profile, name).items():
+            shapes = _shapes(input_shapes)
             if name == "aten::nll_loss_nd":  # the nll_loss inside cross_entropy_loss (same input) is that loss's
-                calls -= sum(int(round(float(ce.calls))) for ce in cross_entropy.itertuples(index=False)
-                             if _shapes(ce.input_shapes)[:1] == shapes[:1])  # fmt: skip
+                calls -= sum(n for ce, n in cross_entropy.items() if _shapes(ce)[:1] == shapes[:1])
             if calls <= 0 or not shapes or not isinstance(shapes[0], list) or not shapes[0]:
                 continue
             shape = [int(d) for d in shapes[0]]

@@ -181,6 +181,15 @@ def test_the_scripts_layout_conversions_are_operations_and_a_kernels_own_are_not
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")
+def test_an_autocast_step_has_its_one_loss_once_though_autocast_records_it_twice(tmp_path: Path):
+    # the script computes one cross entropy per step; the profile has it as called (bfloat16 logits) and
+    # re-dispatched on their float32 cast: one loss, forward and backward, each once per step (it had been two)
+    _, ran, *_ = evaluated_step(tmp_path, "bf16", channels_last=False)
+    losses = [(ran.pass_of(op.id), op.count) for op in ran.operations if op.op_type == "SoftmaxCrossEntropyLoss"]
+    assert sorted(losses) == [("loss_backward", 1), ("loss_forward", 1)]
+
+
+@pytest.mark.filterwarnings("ignore::DeprecationWarning")
 def test_a_float32_step_keeps_the_sweeps_default(tmp_path: Path):
     step, ran, table, *_ = evaluated_step(tmp_path, "none", channels_last=False)
     assert ran.operations == step.operations
