@@ -57,26 +57,67 @@ def call_product(kind: str, input_shapes: Any, input_formats: Any) -> tuple[int,
     return m, b[-1], trans_a, int(layout[1] == TRANSPOSED)
 
 
+#: the readers of the calls that compute a product (``linear`` and ``matmul`` wrap one of these, recorded too)
+KERNEL_READERS = frozenset({"gemm_mm", "gemm_addmm", "gemm_bmm"})
+
+
 def gemm_orientations(
     operations: Sequence[Operation], matched: MatchResult, table: MatchTable
 ) -> dict[int, tuple[int, int, int, int]]:
-    """GEMM operation id -> (M, N, transA, transB) as its profiled calls ran it: the pair of operand layouts
-    and the orientation that took the most of its time."""
+    """GEMM operation id -> (M, N, transA, transB) as the profiled calls ran it. GEMMs of one problem (a layer's
+    forward ``x @ w.t()`` and its input gradient ``grad @ w``) share their calls in the match, so the calls of
+    a group of operations are dealt out among them, each call kind as many times per step as it ran: an
+    operation takes its own orientation where a call ran it so, else the kind with the most calls left."""
     gemms = {op.id: op for op in operations if op.op_type in GEMM_TYPES}
-    votes: dict[int, dict[tuple[int, int, int, int], float]] = {}
-    rows = matched.rows
-    for index, op_id, time_us in matched.assignments:
-        op = gemms.get(op_id)
-        row = rows.iloc[index]
+    rows_of: dict[int, set[int]] = {}
+    for index, op_id, _ in matched.assignments:
+        if op_id in gemms:
+            rows_of.setdefault(op_id, set()).add(index)
+    out: dict[int, tuple[int, int, int, int]] = {}
+    for group, rows in _groups(rows_of):
+        left = _call_kinds(matched, table, rows)
+        for op in sorted((gemms[i] for i in group), key=lambda o: o.id):
+            kinds = {k: n for k, n in left.items() if n > 0 and _in_orientation(op, k) is not None}
+            if not kinds:
+                continue
+            own = _own(op)
+            kind = own if own in kinds else max(kinds, key=lambda k: kinds[k])
+            out[op.id] = kind
+            left[kind] -= max(op.count, 1)
+    return out
+
+
+def _groups(rows_of: Mapping[int, set[int]]) -> list[tuple[set[int], set[int]]]:
+    """The operations that share matched rows, with their rows."""
+    groups: list[tuple[set[int], set[int]]] = []
+    for op_id, rows in rows_of.items():
+        joined = [g for g in groups if g[1] & rows]
+        ops, all_rows = {op_id}, set(rows)
+        for g in joined:
+            ops |= g[0]
+            all_rows |= g[1]
+            groups.remove(g)
+        groups.append((ops, all_rows))
+    return groups
+
+
+def _call_kinds(matched: MatchResult, table: MatchTable, rows: set[int]) -> dict[tuple[int, int, int, int], float]:
+    """(m, n, transA, transB) -> calls per step of the computing calls among ``rows``."""
+    kinds: dict[tuple[int, int, int, int], float] = {}
+    for index in sorted(rows):
+        row = matched.rows.iloc[index]
         rule = table.rules.get(str(row["name"]))
-        if op is None or rule is None:
+        if rule is None or rule.shapes not in KERNEL_READERS:
             continue
         product = call_product(rule.shapes, row["input_shapes"], row.get("input_formats", "[]"))
-        oriented = _in_orientation(op, product) if product else None
-        if oriented is not None:
-            kinds = votes.setdefault(op_id, {})
-            kinds[oriented] = kinds.get(oriented, 0.0) + max(time_us, 1e-9)
-    return {op_id: max(kinds.items(), key=lambda item: item[1])[0] for op_id, kinds in votes.items()}
+        if product is not None:
+            kinds[product] = kinds.get(product, 0.0) + float(row["calls"])
+    return kinds
+
+
+def _own(op: Operation) -> tuple[int, int, int, int]:
+    p = op.param_dict
+    return int(p.get("M", 0)), int(p.get("N", 0)), int(p.get("transA", 0)), int(p.get("transB", 0))
 
 
 def _in_orientation(op: Operation, product: tuple[int, int, int, int]) -> tuple[int, int, int, int] | None:
