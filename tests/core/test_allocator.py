@@ -35,7 +35,8 @@ def _faults(env: dict[str, str]) -> int:
 
 #: glibc mapping every block above 128 KiB afresh: its default before the dynamic threshold has risen, and where
 #: a trimmed heap puts the next output back. How far the default's dynamic threshold rises depends on the
-#: process's history (23k..150k faults for the 100 calls on one machine, 3 in a later suite run here), so the reference fixes it.
+#: process's history (23k..150k faults for the 100 calls on one machine, 3 in a later suite run here), so the
+#: reference fixes it.
 FRESH_MAPPINGS = {"GLIBC_TUNABLES": "glibc.malloc.mmap_threshold=131072"}
 
 
