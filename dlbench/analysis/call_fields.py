@@ -125,17 +125,27 @@ def _cast(op_type: str, shapes: Sequence[Any], types: Sequence[str], source: int
     return fields
 
 
+def layout_conversion(types: Sequence[Any], formats: Sequence[Any]) -> tuple[str, str, str] | None:
+    """(dtype, source format, format converted into) of ``copy_(destination, source)``'s recorded inputs when it
+    copies within one floating dtype between two memory formats; None for any other copy."""
+    if len(types) < 2 or len(formats) < 2 or types[0] != types[1] or types[1] not in FLOAT_TYPES:
+        return None
+    into, source = str(formats[0]), str(formats[1])
+    if into == source or not {into, source} <= set(MEMORY_FORMATS):
+        return None
+    return str(types[1]), source, into
+
+
 def _copy(op_type: str, shapes: Sequence[Any], types: Sequence[str], formats: Sequence[str]) -> dict[str, Any]:
     """``aten::copy_(destination, source)``: a cast between two floating dtypes (:func:`_cast`), or within one
     dtype a layout conversion, a Cast to its own element type ``into`` the destination's memory format. A copy
     within one dtype and one layout (``.contiguous()`` of a view, a device transfer) is neither."""
     if len(types) < 2 or types[0] != types[1]:
         return _cast(op_type, shapes, types, 1)
-    shape, dtype = _tensor(shapes, 1), types[1]
-    into, source = (formats[0], formats[1]) if len(formats) >= 2 else ("", "")
-    if dtype not in FLOAT_TYPES or not {into, source} <= set(MEMORY_FORMATS) or into == source:
-        raise MatchError(f"a copy within {dtype or 'one dtype'} from {source or '?'} to {into or '?'} is no cast "
-                         "and no layout conversion")  # fmt: skip
+    shape, conversion = _tensor(shapes, 1), layout_conversion(types, formats)
+    if conversion is None:
+        raise MatchError(f"a copy within {types[1] or 'one dtype'} is no cast and no layout conversion")
+    dtype, _, into = conversion
     return {**_nchw_fields(op_type, shape), "from": dtype, "to": ELEMENT_TYPES[dtype], "into": into}
 
 

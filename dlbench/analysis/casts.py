@@ -28,11 +28,11 @@ from typing import Any
 
 import pandas as pd
 
-from dlbench.analysis.call_fields import json_list
+from dlbench.analysis.call_fields import json_list, layout_conversion
 from dlbench.analysis.predict import LAYOUT_PASS, MIXED_PRECISION_PASSES
 from dlbench.core.costs import operation_cost
 from dlbench.core.descriptors import DESCRIPTORS
-from dlbench.core.dtypes import DTYPE_BYTES, ELEMENT_TYPES, FLOAT_TYPES, MEMORY_FORMATS
+from dlbench.core.dtypes import DTYPE_BYTES, ELEMENT_TYPES, FLOAT_TYPES
 from dlbench.core.shapes import rank4
 from dlbench.core.values import Operation, operation_name
 
@@ -65,12 +65,12 @@ def cast_kind(input_shapes: Any, input_types: Any) -> tuple[tuple[int, ...], str
 def layout_kind(input_shapes: Any, input_types: Any, input_formats: Any) -> tuple[tuple[int, ...], str, str] | None:
     """(shape, dtype, the format it converts into) of a profiled ``aten::copy_(destination, source)`` within one
     floating dtype between two memory formats; None for any other copy."""
-    shapes, types, formats = json_list(input_shapes), json_list(input_types), json_list(input_formats)
-    if len(shapes) < 2 or len(types) < 2 or len(formats) < 2 or not isinstance(shapes[1], list) or not shapes[1]:
+    shapes = json_list(input_shapes)
+    conversion = layout_conversion(json_list(input_types), json_list(input_formats))
+    if conversion is None or len(shapes) < 2 or not isinstance(shapes[1], list) or not shapes[1]:
         return None
-    if types[0] != types[1] or types[1] not in FLOAT_TYPES or not {formats[0], formats[1]} <= set(MEMORY_FORMATS):
-        return None
-    return (tuple(int(d) for d in shapes[1]), str(types[1]), str(formats[0])) if formats[0] != formats[1] else None
+    dtype, _, into = conversion
+    return tuple(int(d) for d in shapes[1]), dtype, into
 
 
 def _operation(

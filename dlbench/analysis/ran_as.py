@@ -103,13 +103,13 @@ def step_as_ran(
     amp = str(effective_params(dict(facts)).get("amp", "none"))
     first_id = max((op.id for op in step.operations), default=-1) + 1
     optimizers = facts.get("optimizers") if isinstance(facts.get("optimizers"), list) else None
-    added = amp_operations(profile, optimizers, first_id)  # the casts and GradScaler's work, as they ran
-    converted = layout_operations(profile, first_id + len(added), table.rules)  # copies between memory formats
-    added = [*added, *converted]
+    amp_added = amp_operations(profile, optimizers, first_id)  # the casts and GradScaler's work, as they ran
+    converted = layout_operations(profile, first_id + len(amp_added), table.rules)  # copies between formats
+    added = [*amp_added, *converted]
     operations = (*step.operations, *(op for op, _ in added))
     passes = {**step.passes, **{op.id: pass_name for op, pass_name in added}}
     ran = operations_as_ran(operations, passes, profile, table, amp=amp, sweep_dtype=sweep_dtype, device=device)
-    notes = (*step.notes, *ran.notes, *amp_notes(added[: len(added) - len(converted)]), *layout_notes(converted))
+    notes = (*step.notes, *ran.notes, *amp_notes(amp_added), *layout_notes(converted))
     return replace(step, operations=ran.operations, passes=passes, notes=notes), ran.table
 
 

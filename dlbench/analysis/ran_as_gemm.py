@@ -16,14 +16,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
-from dlbench.analysis.call_fields import json_list
+from dlbench.analysis.call_fields import GEMM_TYPES, json_list
 from dlbench.analysis.match import MatchResult, MatchTable
 from dlbench.core.descriptors import DESCRIPTORS
 from dlbench.core.values import Operation, operation_name
+from dlbench.training.trace import TRANSPOSED
 
-GEMM_TYPES = frozenset({"Gemm", "MatMul"})
-#: a column-major operand in the profile's ``input_formats`` (:mod:`dlbench.training.trace`)
-TRANSPOSED = "transposed"
 #: the match table's GEMM readers: the inputs that are the product's A and B, and whether B is its input
 #: transposed (``linear(x, w)`` computes ``x @ w.t()``)
 OPERANDS = {
@@ -77,7 +75,7 @@ def gemm_orientations(
     for group, rows in _groups(rows_of):
         left = _call_kinds(matched, table, rows)
         for op in sorted((gemms[i] for i in group), key=lambda o: o.id):
-            kinds = {k: n for k, n in left.items() if n > 0 and _in_orientation(op, k) is not None}
+            kinds = {k: n for k, n in left.items() if n > 0 and _poses(op, k)}
             if not kinds:
                 continue
             own = _own(op)
@@ -120,12 +118,10 @@ def _own(op: Operation) -> tuple[int, int, int, int]:
     return int(p.get("M", 0)), int(p.get("N", 0)), int(p.get("transA", 0)), int(p.get("transB", 0))
 
 
-def _in_orientation(op: Operation, product: tuple[int, int, int, int]) -> tuple[int, int, int, int] | None:
-    m, n, trans_a, trans_b = product
+def _poses(op: Operation, product: tuple[int, int, int, int]) -> bool:
+    """Whether a call's product is ``op``'s problem either way round (a batch folded otherwise is not)."""
     p = op.param_dict
-    if {int(p.get("M", 0)), int(p.get("N", 0))} != {m, n}:
-        return None  # the call's batch folded otherwise: leave the operation as the graph poses it
-    return m, n, trans_a, trans_b
+    return {int(p.get("M", 0)), int(p.get("N", 0))} == {product[0], product[1]}
 
 
 def as_ran(op: Operation, orientation: tuple[int, int, int, int]) -> Operation:
