@@ -1,6 +1,8 @@
-"""An operator benchmark executable (the CSV protocol) that times ReLU (numpy) on each row's problem, with the
-problems of the even ids made ``factor`` times larger: a sweep with a known slowdown on a known half of its
-operations. Each row carries its CPU efficiency, so a sweep another process slowed is marked contended.
+"""An operator benchmark executable (the CSV protocol) that times ReLU (numpy) on each row's problem, each timed
+call of the even ids running it ``factor`` times (rounded): a sweep with a known slowdown on a known half of its
+operations, on the same problems (problems made larger instead would change what the next operation finds in the
+caches: a run timed an odd id 1.25x faster after its even neighbour grew 8 times). Each row carries its CPU
+efficiency, so a sweep another process slowed is marked contended.
 Usage: ``python scaled_relu.py FACTOR INPUT.csv``; writes ``INPUT_out.csv`` and ``INPUT_samples.csv``."""
 
 import os
@@ -23,15 +25,16 @@ def main() -> None:
         for row in rows:
             op_id = int(row[0])
             n, c, h, w = (int(float(v)) for v in row[1:5])
-            size = n * c * h * w * (factor if op_id % 2 == 0 else 1.0)
-            x = np.random.default_rng(op_id).standard_normal(int(size), dtype=np.float32)
+            repeats = max(round(factor), 1) if op_id % 2 == 0 else 1
+            x = np.random.default_rng(op_id).standard_normal(n * c * h * w, dtype=np.float32)
             y = np.empty_like(x)
             times = []
             for i in range(warmup + reps):
                 if i == warmup:
                     cpu, wall = time.process_time(), time.perf_counter()
                 start = time.perf_counter()
-                np.maximum(x, 0.0, out=y)
+                for _ in range(repeats):
+                    np.maximum(x, 0.0, out=y)
                 if i >= warmup:
                     times.append((time.perf_counter() - start) * 1e3)
             # this process's CPU time over the wall time of its timed calls: below 1, another process held the core
