@@ -139,6 +139,24 @@ def communication_hides(setting: str, device: str, world_size: int, threads: int
     return True, f"{world_size} ranks x {threads} threads leave {cores - busy} of {cores} cores to gloo's all-reduce"
 
 
+def ranks_beside(ran_with: Mapping[str, object], device: str) -> int:
+    """How many copies of each operator benchmark run beside it (:mod:`dlbench.operators.beside`): a
+    DistributedDataParallel script's other ranks where they share this CPU (its memory bandwidth and last-level
+    cache) and run the same operations at the same time; 0 for one process, and on GPUs (a GPU per rank)."""
+    if device != "cpu" or "bucket_cap_mb" not in ran_with:
+        return 0
+    return max(int(float(str(ran_with.get("world_size", 1) or 1))) - 1, 0)
+
+
+def beside_note(count: int) -> str:
+    """The evaluation's note on its operator benchmarks' neighbours."""
+    return (
+        f"operator benchmarks timed beside {count} cop{'y' if count == 1 else 'ies'} of themselves running the same "
+        "rows: the step's other ranks on this CPU run the same operations at the same time and share its memory "
+        "bandwidth and last-level cache (the all-reduce is timed with its ranks)"
+    )
+
+
 def backward_ms(frame: pd.DataFrame) -> float:
     """The predicted backward pass of a prediction frame (every pass but forward, loss and optimizer)."""
     passes = frame["pass"].astype(str)
@@ -257,14 +275,15 @@ class DataParallelPlan:
 
 def predict_data_parallel(
     plan: DataParallelPlan, allreduce_ms: Mapping[int, float], copy_ms: Mapping[int, float], frame: pd.DataFrame,
-    hides: bool, reason: str,
+    hides: bool, reason: str, beside: int = 0,
 ) -> tuple[DataParallelStep, list[str]]:  # fmt: skip
     """DDP's step from the measured all-reduce (``allreduce_ms`` by message bytes) and gradient copies
-    (``copy_ms`` by elements), against the backward pass of the prediction ``frame``; and its notes."""
+    (``copy_ms`` by elements), against the backward pass of the prediction ``frame``; and its notes (``beside``:
+    the copies its operator benchmarks ran beside, :func:`ranks_beside`)."""
     step = data_parallel_step(
         backward_ms(frame), plan.buckets, [interpolated_ms(allreduce_ms, b) for b in plan.buckets],
         bucket_copy_ms(plan.parameter_bytes, plan.element_bytes, copy_ms), hides, reason,
     )  # fmt: skip
     notes = [f"DDP buckets (bytes, launch order): {', '.join(str(b) for b in plan.buckets)}",
              f"communication overlap: {reason}"]  # fmt: skip
-    return step, notes
+    return step, notes + ([beside_note(beside)] if beside > 0 else [])

@@ -19,6 +19,7 @@ from dlbench.core.contention import RowCpuWatch
 from dlbench.core.process import ProcessResult, run_command
 from dlbench.core.values import Measurement, Operation, TimeStats
 from dlbench.operators.align import AlignmentError, align_operation, misfit
+from dlbench.operators.beside import beside_ranks
 from dlbench.operators.embedded import is_embedded, run_embedded
 from dlbench.operators.footprint_file import footprints_path_for, write_footprints
 from dlbench.operators.node_file import nodes_path_for, write_nodes
@@ -150,6 +151,23 @@ def _merged(parts: Sequence[Invocation]) -> Invocation:
     return merged
 
 
+def write_inputs(
+    benchmark: OperatorBenchmark,
+    operations: Sequence[Operation],
+    rows: Sequence[tuple[int, Sequence]],
+    settings: Any,
+    input_csv: Path,
+) -> None:
+    """The protocol's input of ``rows``, and beside it what the executable may ask for: each operation's ONNX
+    node (a node-file benchmark) and its footprint in its step (``caches=step``)."""
+    write_input(input_csv, rows)
+    aligned = {op_id for op_id, _ in rows}
+    if benchmark.node_file:  # the executable reads each operation's ONNX node beside the input
+        write_nodes(nodes_path_for(input_csv), [op for op in operations if op.id in aligned])
+    if getattr(settings, "caches", "") == "step":  # each operation's footprint in its step, beside the input
+        write_footprints(footprints_path_for(input_csv), [op for op in operations if op.id in aligned])
+
+
 def _invoke_group(
     benchmark: OperatorBenchmark,
     operations: Sequence[Operation],
@@ -161,13 +179,7 @@ def _invoke_group(
 ) -> Invocation:
     """Run ``benchmark`` once over ``rows`` (in their order), reading its process tree's CPU time as rows
     appear where the program does not report its own (:class:`dlbench.core.contention.RowCpuWatch`)."""
-    write_input(files.input_csv, rows)
-    if benchmark.node_file:  # the executable reads each operation's ONNX node beside the input
-        aligned = {op_id for op_id, _ in rows}
-        write_nodes(nodes_path_for(files.input_csv), [op for op in operations if op.id in aligned])
-    if getattr(settings, "caches", "") == "step":  # each operation's footprint in its step, beside the input
-        aligned = {op_id for op_id, _ in rows}
-        write_footprints(footprints_path_for(files.input_csv), [op for op in operations if op.id in aligned])
+    write_inputs(benchmark, operations, rows, settings, files.input_csv)
     files.output_csv.unlink(missing_ok=True)
     command = [*benchmark.command, str(files.input_csv)]
     interrupted, interrupt, start_error = False, "", ""
@@ -176,11 +188,12 @@ def _invoke_group(
     cpu_watch = RowCpuWatch(lambda: _size(files.output_csv), lambda: ids_written(files.output_csv))
     try:
         interrupts.check()  # a Ctrl-C a library lost since the job started: measure nothing more
-        with nullcontext() if embedded or settings.device != "cpu" else cpu_watch:
-            process = run(
-                command, timeout=settings.timeout_s, env={**settings.environment(), **environment},
-                cwd=files.input_csv.parent, stderr_path=files.stderr_txt, on_poll=on_poll,
-            )  # fmt: skip
+        env = {**settings.environment(), **environment}
+        copies = getattr(settings, "beside", 0)  # the other ranks' load (probes run alone)
+        beside = beside_ranks(benchmark.command, env, files.input_csv, copies, settings.timeout_s)
+        with beside, nullcontext() if embedded or settings.device != "cpu" else cpu_watch:
+            process = run(command, timeout=settings.timeout_s, env=env, cwd=files.input_csv.parent,
+                          stderr_path=files.stderr_txt, on_poll=on_poll)  # fmt: skip
     except KeyboardInterrupt as err:  # also SIGTERM (RunInterrupted), see core.interrupts
         interrupted, interrupt = True, type(err).__name__
         stderr = files.stderr_txt.read_text(errors="replace") if files.stderr_txt.exists() else ""

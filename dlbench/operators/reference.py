@@ -101,8 +101,8 @@ def probe_settings(settings: Any) -> Any:
     """The benchmarks' settings (:class:`dlbench.operators.runner.RunSettings`) for a reading of the
     references: hot caches whatever the benchmarks use, so a reading is the cores' speed and not where the
     last work left the references' tensors (rotated copies of twice the last-level cache are a memory test,
-    and a step's footprint is not theirs)."""
-    return replace(settings, caches="hot")
+    and a step's footprint is not theirs), and alone (no copies beside them: the cores' speed, not a load's)."""
+    return replace(settings, caches="hot", beside=0)
 
 
 def consensus_pct(changes: Iterable[float]) -> float:

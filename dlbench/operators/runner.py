@@ -60,6 +60,8 @@ class RunSettings:
     contended_below: float = float(default("contended_below"))
     #: more environment variables for the executable (a comparison's side: ``compare.b.env``), set last
     extra_env: tuple[tuple[str, str], ...] = ()
+    #: copies of the executable running an invocation's rows beside it (:mod:`dlbench.operators.beside`)
+    beside: int = 0
 
     def environment(self) -> dict[str, str]:
         """The ``DLBENCH_*`` variables of :mod:`dlbench.core.settings` (and OpenMP's thread count), then

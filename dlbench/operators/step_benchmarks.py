@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from dlbench.config import DlbenchConfig
@@ -40,15 +41,17 @@ def measure_step(
     machine: Any,
     rounds: int = 1,
     before_round: Callable[[int], None] | None = None,
+    beside: int = 0,
 ) -> tuple[dict, dict, object, list[dict[int, float]]]:
     """Every operation some available benchmark of ``cfg.backend`` serves, measured in ``rounds`` rounds
     (:mod:`dlbench.operators.step_rounds`), ``before_round(index)`` called before each round after the first
-    (the evaluation trains its script there); protocol files logged; ``machine``
+    (the evaluation trains its script there), each round timed beside ``beside`` copies of itself
+    (:mod:`dlbench.operators.beside`: a data-parallel step's other ranks); protocol files logged; ``machine``
     (:class:`dlbench.analysis.results.MachineRecord`) is told each benchmark's result. Returns the combined
     measurements, the benchmark of each operation, the plan, and each round's median ms per operation."""
     registry = load_registry(ctx.config_dirs)
     plan = plan_benchmarks(registry, operations, cfg.backend, device)
-    settings = run_settings(cfg, device)
+    settings = replace(run_settings(cfg, device), beside=beside)
     assignments = list(plan.assignments)
     served = {op.id for _, ops in assignments for op in ops}
     for op_type in UPDATE_OP_TYPES:  # training runs PyTorch's optimizer whatever backend measures the rest

@@ -276,8 +276,9 @@ def run(cfg: DlbenchConfig, ctx: AppContext) -> int:
         machine = MachineRecord(run)  # round 1's training is the profiled one
         trainings = TrainingRounds(cfg, setup.entry, setup.arguments, setup.workdir, run,
                                    t.trained.profile_dir / BATCHES_FILE)  # fmt: skip
+        beside = ddp_model.ranks_beside(effective_params(t.trained.facts), device)  # a DDP step's other ranks here
         measurements, implementations, plan, medians = measure_step(
-            t.bench_cfg, ctx, t.step.operations, device, run, machine, cfg.evaluate.rounds, trainings
+            t.bench_cfg, ctx, t.step.operations, device, run, machine, cfg.evaluate.rounds, trainings, beside
         )
         weights = {
             op.id: measurements[op.id].stats.median_ms * op.count
@@ -333,8 +334,7 @@ def predict_step(
     cfg: DlbenchConfig, ctx: AppContext, setup: Setup, t: TrainedStep, run, tables: tuple, measured_ms: float,
     dispatch_ms: float,
 ) -> tuple[pd.DataFrame, dict[str, float], list[str]]:  # fmt: skip
-    """The prediction's terms (a data-parallel step's all-reduce too; a GPU step's timeline) and run-level
-    metrics, with the notes that explain them."""
+    """The prediction's terms (a DDP step's all-reduce too; a GPU step's timeline), run-level metrics, notes."""
     frame, terms, matched = tables
     ran_with = effective_params(t.trained.facts)
     single_terms, data_parallel, dp_notes = terms, {}, []
@@ -373,16 +373,17 @@ def log_training_files(run, trained: TrainingRun, workdir: Path, start_dir: Path
 
 def measure_data_parallel(cfg: DlbenchConfig, ctx: AppContext, registry: Registry, run, ran_with, frame, terms, ranks):
     """DDP's step, the terms with its copies and all-reduce added, and notes: the all-reduce measured around each
-    bucket, the copies by Mul at each parameter's size; their protocol files and bucket schedule logged."""
+    bucket, the copies by Mul at each parameter's size (beside the other ranks); files and schedule logged."""
     device, plan = resolve_device(cfg.device), ddp_model.DataParallelPlan.of(ran_with, DTYPE_BYTES.get(cfg.dtype, 4))
     settings, workdir = run_settings(cfg, device), ctx.output_dir / "protocol"
     allreduce, _, files = measure_allreduce(registry, device, plan.allreduce_sizes, ranks, settings, workdir, cfg.quiet)
-    copies, copy_files = measure_gradient_copies(registry, device, plan.copy_elements, settings, workdir, cfg.quiet)
+    beside = replace(settings, beside=ddp_model.ranks_beside(ran_with, device))  # each rank copies its own
+    copies, copy_files = measure_gradient_copies(registry, device, plan.copy_elements, beside, workdir, cfg.quiet)
     run.log_files([*files.existing(), *copy_files], "protocol")
     threads = int(ran_with.get("threads", 0) or 0)
     hides, reason = ddp_model.communication_hides(cfg.evaluate.communication_overlap, device, ranks, threads,
                                                   physical_cores())  # fmt: skip
-    step, notes = ddp_model.predict_data_parallel(plan, allreduce, copies, frame, hides, reason)
+    step, notes = ddp_model.predict_data_parallel(plan, allreduce, copies, frame, hides, reason, beside.beside)
     run.log_table(step.overlap.schedule, "data_parallel_buckets.csv")
     return step, ddp_model.data_parallel_terms(terms, step, ranks, len(plan.parameter_bytes)), notes
 
