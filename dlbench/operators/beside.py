@@ -6,11 +6,13 @@ parameters 13.7 -> 17.5 ms with a second process doing the same; DDP's rank 0 pr
 and its SGD 1.51-1.57x the benchmarks' times). So ``count`` copies of the executable run the invocation's
 rows over and over (:data:`PASSES` passes a process), each with its own protocol files, while the measuring
 invocation runs; it starts once every copy has written its first row (a copy imports its framework first),
-and the copies are stopped when it ends. The copies' times are not read: they are load, as the other ranks
-are."""
+and the copies are stopped when it ends. The copies' times are not read and their files are removed: they are
+load, as the other ranks are."""
 
 from __future__ import annotations
 
+import logging
+import math
 import shutil
 import threading
 import time
@@ -19,9 +21,11 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dlbench.core.process import run_command
-from dlbench.operators.footprint_file import footprints_path_for
+from dlbench.operators.footprint_file import footprints_path_for, rotation_path_for
 from dlbench.operators.node_file import nodes_path_for
-from dlbench.operators.protocol import ids_written, output_path_for
+from dlbench.operators.protocol import ids_written, output_path_for, samples_path_for
+
+log = logging.getLogger(__name__)
 
 #: how often a copy's input holds the rows, one pass after the other: a copy that ran out of rows would start
 #: its program again, and while it imports its framework (about 2 s for torch) the measured rows run alone
@@ -36,9 +40,7 @@ class _Stopped(Exception):
 
 
 @contextmanager
-def beside_ranks(
-    command: Sequence[str], env: Mapping[str, str], input_csv: Path, count: int, timeout_s: float
-) -> Iterator[None]:
+def beside_ranks(command: Sequence[str], env: Mapping[str, str], input_csv: Path, count: int) -> Iterator[None]:
     """``count`` copies of ``command`` over the rows of ``input_csv`` (and the files an executable reads beside
     it) running while the block runs; nothing when ``count`` is 0. The block starts once each copy has written
     a row, has ended, or :data:`START_WAIT_S` passed."""
@@ -46,7 +48,7 @@ def beside_ranks(
         yield
         return
     stop = threading.Event()
-    copies = [_Copy(list(command), dict(env), _copied_input(input_csv, k), stop, timeout_s) for k in range(count)]
+    copies = [_Copy(list(command), dict(env), _copied_input(input_csv, k), stop) for k in range(count)]
     threads = [threading.Thread(target=c.loop, name=f"dlbench-beside-{k + 1}", daemon=True)
                for k, c in enumerate(copies)]  # fmt: skip
     for thread in threads:
@@ -60,6 +62,8 @@ def beside_ranks(
         stop.set()
         for thread in threads:
             thread.join()
+        for copy in copies:
+            copy.remove_files()
 
 
 def _copied_input(input_csv: Path, index: int) -> Path:
@@ -77,11 +81,8 @@ def _copied_input(input_csv: Path, index: int) -> Path:
 class _Copy:
     """One copy: its program run over its input again and again until ``stop``."""
 
-    def __init__(
-        self, command: list[str], env: dict[str, str], input_csv: Path, stop: threading.Event, timeout_s: float
-    ) -> None:
-        self.command, self.env, self.input_csv, self.stop, self.timeout_s = command, env, input_csv, stop, timeout_s
-        self.runs = 0
+    def __init__(self, command: list[str], env: dict[str, str], input_csv: Path, stop: threading.Event) -> None:
+        self.command, self.env, self.input_csv, self.stop, self.runs = command, env, input_csv, stop, 0
 
     def started(self) -> bool:
         """Whether the copy is under way: a row written, or one run of it over (a program that fails is no load,
@@ -95,9 +96,19 @@ class _Copy:
 
         while not self.stop.is_set():
             try:
-                run_command([*self.command, str(self.input_csv)], timeout=self.timeout_s, env=self.env,
-                            cwd=self.input_csv.parent, on_poll=poll, poll_interval_s=0.02,
-                            stderr_path=self.input_csv.with_name(f"{self.input_csv.stem}_stderr.txt"))  # fmt: skip
+                # no timeout of its own: it runs until the measured invocation, which has one, ends
+                result = run_command([*self.command, str(self.input_csv)], timeout=math.inf, env=self.env,
+                                     cwd=self.input_csv.parent, on_poll=poll, poll_interval_s=0.02)  # fmt: skip
             except _Stopped:
                 return
             self.runs += 1
+            if result.describe_failure():  # no load from here on: said, not retried
+                log.warning("a copy beside the benchmark %s: %s", self.input_csv.name, result.describe_failure())
+                self.stop.wait()
+                return
+
+    def remove_files(self) -> None:
+        """The copy's protocol files: load, not measurements (its rotation must not pass for the measured one's)."""
+        for path_for in (output_path_for, samples_path_for, rotation_path_for, footprints_path_for, nodes_path_for):
+            path_for(self.input_csv).unlink(missing_ok=True)
+        self.input_csv.unlink(missing_ok=True)

@@ -190,7 +190,7 @@ def _invoke_group(
         interrupts.check()  # a Ctrl-C a library lost since the job started: measure nothing more
         env = {**settings.environment(), **environment}
         copies = getattr(settings, "beside", 0)  # the other ranks' load (probes run alone)
-        beside = beside_ranks(benchmark.command, env, files.input_csv, copies, settings.timeout_s)
+        beside = beside_ranks(benchmark.command, env, files.input_csv, copies)
         with beside, nullcontext() if embedded or settings.device != "cpu" else cpu_watch:
             process = run(command, timeout=settings.timeout_s, env=env, cwd=files.input_csv.parent,
                           stderr_path=files.stderr_txt, on_poll=on_poll)  # fmt: skip

@@ -89,6 +89,18 @@ def test_every_timed_row_runs_while_a_copy_runs_the_same_rows_and_no_copy_outliv
     # the measurement is the measuring invocation's: its rows' times, not the copies'
     assert len({s["pid"] for s in measured}) == 2 and not {s["pid"] for s in measured} & {s["pid"] for s in copies}
     assert files.rounds_csv is not None and files.rounds_csv.exists()
+    assert not list((tmp_path / "work").glob("*_beside*"))  # the copies' files are load, not measurements
+
+
+def test_a_copy_that_fails_is_said_and_the_measurement_goes_on(tmp_path: Path, caplog):
+    benchmark, log = _program(tmp_path)
+    script = Path(benchmark.command[-1])
+    script.write_text("import sys\nif '_beside' in sys.argv[-1]: sys.exit('no load today')\n" + script.read_text())
+    settings = RunSettings(warmup=0, min_reps=1, rounds=1, beside=1, timeout_s=60, contended_below=0.0)
+    with caplog.at_level("WARNING"):
+        result, _ = measure_operations(benchmark, _ops(2), settings, tmp_path / "work")
+    assert all(m.ok for m in result.measurements.values())
+    assert "a copy beside the benchmark stamped_beside1.csv" in caplog.text and "exit" in caplog.text
 
 
 def test_alone_no_copy_runs(tmp_path: Path):
