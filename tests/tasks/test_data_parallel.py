@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from helpers import job_runs, run_dlbench
+from helpers import artifact_text, job_runs, run_dlbench
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -154,3 +154,9 @@ def test_evaluate_predicts_the_data_parallel_step_with_its_exposed_communication
         metrics["step_time_single_process_predicted_ms"] / metrics["step_time_predicted_ms"], rel=1e-2
     )  # on a CPU both steps are sums of terms: the data-parallel one with DDP's two terms added
     assert "exposed communication" in done.stdout and "DDP gradient copies" in done.stdout
+    # two ranks on this CPU: every operator benchmark ran beside a copy of itself, whose files are gone
+    assert "operator benchmarks timed beside 1 copy" in artifact_text(store, run.info.run_id, "notes.txt")
+    from mlflow.tracking import MlflowClient
+
+    logged = MlflowClient(store.uri).list_artifacts(run.info.run_id, "protocol")
+    assert logged and not [a.path for a in logged if "_beside" in a.path]
