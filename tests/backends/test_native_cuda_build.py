@@ -63,7 +63,7 @@ def test_the_cuda_family_builds_from_the_wheels_without_a_cuda_compiler(tmp_path
 def test_a_cudnn_frontend_older_than_the_code_needs_is_refused_at_configure_time(tmp_path: Path) -> None:
     old = tmp_path / "frontend" / "include"  # the version header of cudnn-frontend 1.12.0 (its handle-only API)
     old.mkdir(parents=True)
-    (old / "cudnn_frontend.h").write_text("#include \"cudnn_frontend_version.h\"\n")
+    (old / "cudnn_frontend.h").write_text('#include "cudnn_frontend_version.h"\n')
     (old / "cudnn_frontend_version.h").write_text(
         "#define CUDNN_FRONTEND_MAJOR_VERSION 1\n#define CUDNN_FRONTEND_MINOR_VERSION 12\n"
         "#define CUDNN_FRONTEND_PATCH_VERSION 0\n"

@@ -21,13 +21,23 @@ def summarise(out: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_the_summary_holds_each_figure_against_its_target(tmp_path: Path) -> None:
-    errors = [("mlp", 64, 1.9, 1.77), ("mlp", 1024, 1.9, 1.96), ("transformer_lm", 64, 8.5, 8.74),
-              ("transformer_lm", 256, 7.9, 7.51), ("resnet_cifar", 64, 13.9, 11.44), ("resnet_cifar", 512, 18.5, 18.21)]
+    errors = [
+        ("mlp", 64, 1.9, 1.77),
+        ("mlp", 1024, 1.9, 1.96),
+        ("transformer_lm", 64, 8.5, 8.74),
+        ("transformer_lm", 256, 7.9, 7.51),
+        ("resnet_cifar", 64, 13.9, 11.44),
+        ("resnet_cifar", 512, 18.5, 18.21),
+    ]
     table = pd.DataFrame(errors, columns=["model", "batch_size", "step_time_predicted_ms", "step_time_measured_ms"])
     table["prediction_error_pct"] = 100 * (table["step_time_predicted_ms"] / table["step_time_measured_ms"] - 1)
     table.to_csv(tmp_path / "evaluations.csv", index=False)
-    vendor = [("conv", "fp32-ieee", "l1_reduce_in", "fwd", 1.02), ("conv", "fp32-ieee", "l2_expand", "dgrad", 1.08),
-              ("conv", "bf16", "l1_reduce_in", "fwd", 0.97), ("gemm", "fp32-tf32", "qkv", "fwd", 1.3)]
+    vendor = [
+        ("conv", "fp32-ieee", "l1_reduce_in", "fwd", 1.02),
+        ("conv", "fp32-ieee", "l2_expand", "dgrad", 1.08),
+        ("conv", "bf16", "l1_reduce_in", "fwd", 0.97),
+        ("gemm", "fp32-tf32", "qkv", "fwd", 1.3),
+    ]
     pd.DataFrame(vendor, columns=["op", "precision", "layer", "mode", "ratio_heuristic"]).to_csv(
         tmp_path / "vendor.csv", index=False
     )

@@ -169,7 +169,7 @@ def mlflow_ui(uri: str, root: Path) -> Iterator[str]:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for_health(url, server, (root / 'ui.log'), 300, "mlflow ui")
+        wait_for_health(url, server, (root / "ui.log"), 300, "mlflow ui")
         yield url
     finally:
         os.killpg(server.pid, signal.SIGTERM)

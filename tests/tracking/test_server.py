@@ -82,7 +82,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     )
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for_health(url, process, (root / 'server.log'), 240, "mlflow server")
+        wait_for_health(url, process, (root / "server.log"), 240, "mlflow server")
         yield Server(url)
     finally:
         os.killpg(process.pid, signal.SIGTERM)

@@ -86,7 +86,7 @@ def ui(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Ui]:
     )  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
-        wait_for_health(url, server, (root / 'ui.log'), SERVER_START_S, "mlflow ui")
+        wait_for_health(url, server, (root / "ui.log"), SERVER_START_S, "mlflow ui")
         yield Ui(root, url, sweep.stdout + training.stdout)
     finally:
         os.killpg(server.pid, signal.SIGTERM)

@@ -211,8 +211,7 @@ def test_bad_profile_csv_error_names_file_and_line(tmp_path: Path):
     path = tmp_path / "batch_0_ops.csv"
     header = ",".join(PROFILE_COLUMNS)
     rows = (
-        '0,aten::mm,"[[2,3],[3,4]]",1,5.0,5.0,0,0,5.0,0,"[]",,"[]",\n'
-        '0,aten::add,"[[2]]",1,fast,1,0,0,1,0,"[]",,"[]",\n'
+        '0,aten::mm,"[[2,3],[3,4]]",1,5.0,5.0,0,0,5.0,0,"[]",,"[]",\n0,aten::add,"[[2]]",1,fast,1,0,0,1,0,"[]",,"[]",\n'
     )
     path.write_text(f"{header}\n{rows}")
     with pytest.raises(ValueError, match=rf"{path}:3: self_cpu_us='fast' is not a number"):
