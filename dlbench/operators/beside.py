@@ -20,7 +20,7 @@ from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
-from dlbench.core.process import run_command
+from dlbench.core.process import meaningful_tail, run_command
 from dlbench.operators.footprint_file import footprints_path_for, rotation_path_for
 from dlbench.operators.node_file import nodes_path_for
 from dlbench.operators.protocol import ids_written, output_path_for, samples_path_for
@@ -103,7 +103,8 @@ class _Copy:
                 return
             self.runs += 1
             if result.describe_failure():  # no load from here on: said, not retried
-                log.warning("a copy beside the benchmark %s: %s", self.input_csv.name, result.describe_failure())
+                log.warning("a copy beside the benchmark %s: %s (%s)", self.input_csv.name, result.describe_failure(),
+                            meaningful_tail(result.stderr, 3))  # fmt: skip
                 self.stop.wait()
                 return
 
