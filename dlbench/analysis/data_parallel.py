@@ -139,11 +139,16 @@ def communication_hides(setting: str, device: str, world_size: int, threads: int
     return True, f"{world_size} ranks x {threads} threads leave {cores - busy} of {cores} cores to gloo's all-reduce"
 
 
+def is_data_parallel(ran_with: Mapping[str, object]) -> bool:
+    """Whether the script's reported facts are a DistributedDataParallel script's (it reports ``bucket_cap_mb``)."""
+    return "bucket_cap_mb" in ran_with
+
+
 def ranks_beside(ran_with: Mapping[str, object], device: str) -> int:
     """How many copies of each operator benchmark run beside it (:mod:`dlbench.operators.beside`): a
     DistributedDataParallel script's other ranks where they share this CPU (its memory bandwidth and last-level
     cache) and run the same operations at the same time; 0 for one process, and on GPUs (a GPU per rank)."""
-    if device != "cpu" or "bucket_cap_mb" not in ran_with:
+    if device != "cpu" or not is_data_parallel(ran_with):
         return 0
     return max(int(float(str(ran_with.get("world_size", 1) or 1))) - 1, 0)
 

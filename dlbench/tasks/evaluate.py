@@ -339,7 +339,7 @@ def predict_step(
     ran_with = effective_params(t.trained.facts)
     single_terms, data_parallel, dp_notes = terms, {}, []
     world_size = int(ran_with.get("world_size", cfg.world_size))
-    if "bucket_cap_mb" in ran_with:  # a DistributedDataParallel script: its gradient all-reduce too
+    if ddp_model.is_data_parallel(ran_with):  # a DistributedDataParallel script: its gradient all-reduce too
         ddp, terms, dp_notes = measure_data_parallel(t.bench_cfg, ctx, setup.registry, run, ran_with, frame, terms,
                                                      world_size)  # fmt: skip
     timeline = single = None

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 from dlbench.analysis.data_parallel import ranks_beside
+from dlbench.core.process import group_runs
 from dlbench.core.values import Operation
 from dlbench.operators.registry import OperatorBenchmark, load_registry
 from dlbench.operators.runner import RunSettings, measure_operations
@@ -52,14 +53,6 @@ def _ops(n: int) -> list[Operation]:
     return [Operation(i, "Relu", (("N", i + 1), ("C", 2), ("H", 3), ("W", 4), ("mode", 0))) for i in range(n)]
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state not in ("Z", "X")
-
-
 def _stamps(log: Path) -> list[dict]:
     """Every row a program started, with its end (infinite for a row still running when its program was
     stopped: it ran at least until then)."""
@@ -85,7 +78,7 @@ def test_every_timed_row_runs_while_a_copy_runs_the_same_rows_and_no_copy_outliv
     for row in measured:  # a copy was inside a row of its own all along (40 ms rows, back to back, 50 passes)
         assert any(c["start"] <= row["end"] and c["end"] >= row["start"] for c in copies), row
         assert any(c["start"] < row["start"] for c in copies), "the copy started after the timed row"
-    assert not any(_alive(pid) for pid in {s["pid"] for s in copies})
+    assert not any(group_runs(pid) for pid in {s["pid"] for s in copies})  # each copy leads its process group
     # the measurement is the measuring invocation's: its rows' times, not the copies'
     assert len({s["pid"] for s in measured}) == 2 and not {s["pid"] for s in measured} & {s["pid"] for s in copies}
     assert files.rounds_csv is not None and files.rounds_csv.exists()
